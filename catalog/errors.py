@@ -1,0 +1,136 @@
+"""The catalog's error hierarchy.
+
+One root (:class:`CatalogError`) and, for commits, exactly three outcomes a caller must tell apart
+without reading message text:
+
+* :class:`CommitConflict` - the commit did not land; recompute or replan and try again.
+* :class:`CommitRejected` - the commit can never land as it is (dropped table, bad input).
+* :class:`CommitStateUnknown` - the connection died during COMMIT; the files must be kept and the
+  outcome resolved by the idempotency key (:meth:`catalog.Catalog.resolve_commit`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+
+
+class CatalogError(Exception):
+    """Root of every error raised by ``catalog``."""
+
+
+class InvalidNameError(CatalogError, ValueError):
+    """A namespace, table or column name that is not allowed."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid name {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+class InvalidPartitionError(CatalogError, ValueError):
+    """A partition description or partition value that does not fit the table's spec."""
+
+
+class SchemaError(CatalogError, ValueError):
+    """Data or a schema change that does not fit the table's schema."""
+
+    def __init__(self, message: str, *, table: str | None = None, column: str | None = None):
+        super().__init__(message)
+        self.table = table
+        self.column = column
+
+
+class TableNotFoundError(CatalogError, LookupError):
+    def __init__(self, table: str) -> None:
+        super().__init__(f"table {table!r} does not exist")
+        self.table = table
+
+
+class TableAlreadyExistsError(CatalogError):
+    def __init__(self, table: str) -> None:
+        super().__init__(f"table {table!r} already exists")
+        self.table = table
+
+
+class NamespaceNotEmptyError(CatalogError):
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"namespace {namespace!r} still holds tables")
+        self.namespace = namespace
+
+
+class VersionNotFoundError(CatalogError, LookupError):
+    """A time-travel read asked for a version or time the table does not have (or has expired)."""
+
+
+class CatalogUnavailableError(CatalogError):
+    """PostgreSQL could not be reached within the retry budget (nothing was committed)."""
+
+
+class ConflictKind(StrEnum):
+    """Why a commit lost; each kind says what the caller should do next."""
+
+    CONCURRENT_WRITE = "concurrent_write"
+    """The matrix forbids my op after theirs: re-read the table and recompute."""
+    INPUT_FILES_GONE = "input_files_gone"
+    """Files my commit deletes are no longer in the snapshot: replan the compaction / update."""
+    BUSY = "busy"
+    """The table stayed locked by other committers past the retry budget: retry later."""
+
+    @property
+    def help(self) -> str:
+        return {
+            ConflictKind.CONCURRENT_WRITE: "re-read the table at its new version and recompute",
+            ConflictKind.INPUT_FILES_GONE: "replan against the latest snapshot",
+            ConflictKind.BUSY: "the table is busy; retry the same commit later",
+        }[self]
+
+
+class CommitError(CatalogError):
+    """Root of the three commit outcomes that are not a success."""
+
+
+class CommitConflict(CommitError):
+    """The commit did not land because a concurrent commit won. Safe to recompute and retry."""
+
+    def __init__(
+        self,
+        *,
+        kind: ConflictKind,
+        table: str,
+        partition_desc: str | None = None,
+        expected_version: int | None = None,
+        actual_version: int | None = None,
+        winning_commit: uuid.UUID | None = None,
+        winning_op: str | None = None,
+    ) -> None:
+        where = f"{table}" + (f" partition {partition_desc!r}" if partition_desc else "")
+        super().__init__(
+            f"commit conflict on {where}: planned against version {expected_version}, "
+            f"found {actual_version} (winning commit {winning_commit}, op {winning_op}); "
+            f"{kind.help}"
+        )
+        self.kind = kind
+        self.table = table
+        self.partition_desc = partition_desc
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+        self.winning_commit = winning_commit
+        self.winning_op = winning_op
+
+
+class CommitRejected(CommitError):
+    """The commit can never land as it is: do not retry it unchanged."""
+
+    def __init__(self, message: str, *, table: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class CommitStateUnknown(CommitError):
+    """The connection died during COMMIT. Never delete the files; resolve by the key."""
+
+    def __init__(self, message: str, *, writer_id: str, batch_id: int) -> None:
+        super().__init__(message)
+        self.writer_id = writer_id
+        self.batch_id = batch_id
