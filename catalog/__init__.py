@@ -1,0 +1,38 @@
+"""lakestream's engine-independent table format: a PostgreSQL catalog of Parquet tables.
+
+Never imports pyspark: Spark, the compactor and plain Python programs all use it alike.
+"""
+
+from catalog.catalog import Catalog, Table, Transaction, VersionInfo, WriterProgress
+from catalog.errors import (
+    CatalogError,
+    CommitConflict,
+    CommitError,
+    CommitRejected,
+    CommitStateUnknown,
+    ConflictKind,
+    SchemaError,
+    TableNotFoundError,
+)
+from catalog.model import (
+    ColumnStats,
+    CommitOp,
+    CommitRequest,
+    CommitResult,
+    DataFile,
+    FileAction,
+    FileOp,
+    IdempotencyKey,
+    PartitionCommit,
+    TableCommit,
+)
+from catalog.retry import RetryPolicy
+from catalog.store import StoreSettings
+
+__all__ = [
+    "CatalogError", "Catalog", "ColumnStats", "CommitConflict", "CommitError", "CommitOp",
+    "CommitRejected", "CommitRequest", "CommitResult", "CommitStateUnknown", "ConflictKind",
+    "DataFile", "FileAction", "FileOp", "IdempotencyKey", "PartitionCommit", "RetryPolicy",
+    "SchemaError", "StoreSettings", "Table", "TableCommit", "TableNotFoundError", "Transaction",
+    "VersionInfo", "WriterProgress",
+]

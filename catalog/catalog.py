@@ -1,0 +1,511 @@
+"""The public face of the catalog: :class:`Catalog`, :class:`Table` and :class:`Transaction`.
+
+Engine-independent by design: a Spark job, the compactor, a Flink or Trino connector or a plain
+Python program all read and commit through these objects (and never need pyspark).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+import structlog
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from catalog import schemas
+from catalog.committer import Committer
+from catalog.errors import (
+    CatalogError,
+    InvalidNameError,
+    NamespaceNotEmptyError,
+    SchemaError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
+from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
+from catalog.model import (
+    UNAWARE_BUCKET,
+    CommitOp,
+    CommitRequest,
+    CommitResult,
+    IdempotencyKey,
+    PartitionCommit,
+    TableCommit,
+)
+from catalog.names import TableName, check_identifier, parse_table_name
+from catalog.partitioning import PartitionSpec
+from catalog.planning import PartitionFilter, ScanPlan, plan_scan
+from catalog.queries import query
+from catalog.retry import RetryPolicy
+from catalog.snapshots import all_partition_heads, load_snapshots, partition_heads
+from catalog.store import PgStore, StoreSettings, translate_errors
+
+log = structlog.get_logger("lakestream.catalog")
+
+DEFAULT_HASH_BUCKETS = 4
+WAREHOUSE_PROPERTY = "warehouse"
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One entry of a table's history."""
+
+    version: int
+    op: CommitOp
+    committed_at: dt.datetime
+    commit_id: uuid.UUID
+    writer_id: str
+    batch_id: int
+    summary: Mapping[str, Any]
+
+    @property
+    def files_added(self) -> int:
+        return int(self.summary.get("files_added", 0))
+
+    @property
+    def rows_added(self) -> int:
+        return int(self.summary.get("rows_added", 0))
+
+
+@dataclass(frozen=True)
+class WriterProgress:
+    writer_id: str
+    batch_id: int
+    commit_id: uuid.UUID
+    source_offsets: Any
+    updated_at: dt.datetime
+
+
+class Catalog:
+    """A connection to a lakestream catalog in PostgreSQL. Thread-safe; one per process."""
+
+    def __init__(self, store: PgStore, retry: RetryPolicy, warehouse: str | None) -> None:
+        self._store = store
+        self._committer = Committer(store, retry)
+        self._warehouse = warehouse
+
+    @classmethod
+    def connect(
+        cls,
+        dsn: str,
+        *,
+        warehouse: str | Path | None = None,
+        settings: StoreSettings = StoreSettings(),
+        retry: RetryPolicy = RetryPolicy(),
+        migrate: bool = True,
+    ) -> Catalog:
+        """Connect, creating or migrating the catalog schema; remember the warehouse root."""
+        store = PgStore(dsn, settings)
+        store.open(migrate_schema=migrate)
+        catalog = cls(store, retry, None)
+        catalog._warehouse = catalog._init_warehouse(warehouse)
+        return catalog
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def warehouse(self) -> str | None:
+        return self._warehouse
+
+    # -- namespaces and tables ---------------------------------------------------------------
+
+    def create_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        primary_key: Sequence[str] = (),
+        hash_buckets: int | None = None,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        location: str | None = None,
+    ) -> Table:
+        """Create a CDC table (``primary_key`` given) or an append table (bucket -1)."""
+        table_name = parse_table_name(name)
+        props = _check_properties(properties or {})
+        spec = _spec_for(table_name, primary_key, hash_buckets, partition_by)
+        prepared = schemas.prepare_table_schema(
+            schema, table=str(table_name), primary_key=primary_key, partition_by=partition_by,
+            sequence_column=props.get(SEQUENCE_COLUMN_PROPERTY),
+        )
+        table_id = uuid.uuid4()
+        where = location or self._default_location(table_name, table_id)
+        params = {
+            "table_id": table_id, "namespace": table_name.namespace, "name": table_name.name,
+            "location": where, "partition_columns": list(spec.columns),
+            "hash_buckets": spec.hash_buckets, "primary_key": list(primary_key),
+            "properties": Jsonb(props),
+        }
+        try:
+            with self._store.connection() as conn, translate_errors(), conn.transaction():
+                conn.execute(query("insert_namespace"), {"name": table_name.namespace})
+                conn.execute(query("insert_table"), params)
+                conn.execute(query("insert_table_head"), params)
+                conn.execute(query("insert_schema"), {
+                    "table_id": table_id, "schema_id": 0,
+                    "arrow_schema": schemas.serialize(prepared)})
+        except pg_errors.UniqueViolation as exc:
+            raise TableAlreadyExistsError(str(table_name)) from exc
+        log.info("table_created", table=str(table_name), kind=spec, location=where)
+        return self.load_table(str(table_name))
+
+    def load_table(self, name: str) -> Table:
+        table_name = parse_table_name(name)
+        row = self._store.fetch_one(
+            query("table_by_name"), {"namespace": table_name.namespace, "name": table_name.name}
+        )
+        if row is None:
+            raise TableNotFoundError(str(table_name))
+        return Table(self, self._meta_from_row(row))
+
+    def table_exists(self, name: str) -> bool:
+        try:
+            self.load_table(name)
+        except TableNotFoundError:
+            return False
+        return True
+
+    def list_tables(self, namespace: str | None = None) -> list[str]:
+        ns = check_identifier(namespace, "namespace") if namespace is not None else None
+        rows = self._store.fetch_all(query("list_tables"), {"namespace": ns})
+        return [f"{r['namespace']}.{r['name']}" for r in rows]
+
+    def list_namespaces(self) -> list[str]:
+        rows = self._store.fetch_all("SELECT name FROM namespace ORDER BY name", {})
+        return [r["name"] for r in rows]
+
+    def drop_namespace(self, namespace: str) -> None:
+        ns = check_identifier(namespace, "namespace")
+        if self.list_tables(ns):
+            raise NamespaceNotEmptyError(ns)
+        self._store.fetch_all(
+            "DELETE FROM namespace n WHERE name = %(name)s AND NOT EXISTS "
+            "(SELECT 1 FROM table_info t WHERE t.namespace = n.name) RETURNING name",
+            {"name": ns},
+        )
+
+    def drop_table(self, name: str) -> None:
+        """Drop a table: it disappears at once; its files stay until maintenance purges them."""
+        table_name = parse_table_name(name)
+        with self._store.connection() as conn, translate_errors(), conn.transaction():
+            row = conn.execute(
+                "SELECT table_id FROM table_info WHERE namespace = %(namespace)s "
+                "AND name = %(name)s AND dropped_at IS NULL",
+                {"namespace": table_name.namespace, "name": table_name.name},
+            ).fetchone()
+            if row is None:
+                raise TableNotFoundError(str(table_name))
+            # wait for in-flight commits so none lands after the drop
+            conn.execute(query("lock_tables"), {"table_ids": [row["table_id"]]})
+            conn.execute(query("drop_table"),
+                         {"namespace": table_name.namespace, "name": table_name.name})
+        log.info("table_dropped", table=str(table_name))
+
+    # -- commits -----------------------------------------------------------------------------
+
+    def commit(
+        self, request: CommitRequest, *, known: Mapping[str, TableMeta] | None = None
+    ) -> CommitResult:
+        """Commit file operations to one or several tables atomically (the low-level API).
+
+        ``known`` passes metadata the caller already holds; the commit still checks under the
+        table lock that each table is live, so stale metadata cannot commit to a dropped table.
+        """
+        known = known or {}
+        metas = {
+            tc.table: known[tc.table] if tc.table in known else self.load_table(tc.table).meta
+            for tc in request.tables
+        }
+        result = self._committer.commit(request, metas)
+        log.info(
+            "commit", commit_id=str(result.commit_id), writer_id=request.key.writer_id,
+            batch_id=request.key.batch_id, replayed=result.replayed, attempts=result.attempts,
+            tables={t.table: t.version for t in result.tables},
+            files=sum(len(p.ops) for tc in request.tables for p in tc.partitions),
+        )
+        return result
+
+    def transaction(
+        self, key: IdempotencyKey | None = None, source_offsets: dict[str, object] | None = None
+    ) -> Transaction:
+        return Transaction(self, key, source_offsets)
+
+    def resolve_commit(self, writer_id: str, batch_id: int) -> CommitResult | None:
+        """The commit made under (writer_id, batch_id), or None if it never landed."""
+        return self._committer.resolve(IdempotencyKey(writer_id=writer_id, batch_id=batch_id))
+
+    def writer_progress(self, writer_id: str) -> WriterProgress | None:
+        row = self._store.fetch_one(query("writer_progress"), {"writer_id": writer_id})
+        return WriterProgress(**row) if row else None
+
+    def read_point(self, tables: Iterable[str]) -> dict[str, int]:
+        """The latest versions of several tables, read at one instant (a consistent cut)."""
+        metas = {name: self.load_table(name).meta for name in tables}
+        rows = self._store.fetch_all(
+            query("table_heads"), {"table_ids": [m.table_id for m in metas.values()]}
+        )
+        by_id = {r["table_id"]: r["version"] for r in rows}
+        return {name: by_id[meta.table_id] for name, meta in metas.items()}
+
+    # -- internals ---------------------------------------------------------------------------
+
+    @property
+    def store(self) -> PgStore:
+        return self._store
+
+    def _meta_from_row(self, row: Mapping[str, Any]) -> TableMeta:
+        schema_rows = self._store.fetch_all(query("table_schemas"), {"table_id": row["table_id"]})
+        return TableMeta(
+            table_id=row["table_id"],
+            name=TableName(row["namespace"], row["name"]),
+            location=row["location"],
+            spec=PartitionSpec(tuple(row["partition_columns"]), row["hash_buckets"]),
+            primary_key=tuple(row["primary_key"]),
+            properties=dict(row["properties"]),
+            schemas={r["schema_id"]: schemas.deserialize(r["arrow_schema"]) for r in schema_rows},
+            current_schema_id=row["current_schema_id"],
+            created_at=row["created_at"],
+        )
+
+    def _init_warehouse(self, warehouse: str | Path | None) -> str | None:
+        rows = self._store.fetch_all(
+            "SELECT value FROM catalog_property WHERE key = %(key)s", {"key": WAREHOUSE_PROPERTY}
+        )
+        stored = rows[0]["value"] if rows else None
+        if warehouse is None:
+            return stored
+        root = _warehouse_root(warehouse)
+        if stored is None:
+            self._store.fetch_all(
+                "INSERT INTO catalog_property (key, value) VALUES (%(key)s, %(value)s) "
+                "ON CONFLICT DO NOTHING RETURNING key",
+                {"key": WAREHOUSE_PROPERTY, "value": root},
+            )
+        return root
+
+    def _default_location(self, name: TableName, table_id: uuid.UUID) -> str:
+        if self._warehouse is None:
+            raise CatalogError(
+                "no warehouse: pass warehouse= to Catalog.connect or location= to create_table"
+            )
+        return f"{self._warehouse.rstrip('/')}/{name.namespace}/{name.name}-{table_id.hex[:8]}"
+
+
+class Table:
+    """A handle on one table; metadata is as loaded (call :meth:`refresh` for newer schema)."""
+
+    def __init__(self, catalog: Catalog, meta: TableMeta) -> None:
+        self.catalog = catalog
+        self.meta = meta
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r}, kind={self.meta.kind}, id={self.meta.table_id})"
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.name)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.meta.schema
+
+    def refresh(self) -> Table:
+        self.meta = self.catalog.load_table(self.name).meta
+        return self
+
+    def current_version(self) -> int:
+        row = self.catalog.store.fetch_one(query("table_head"), {"table_id": self.meta.table_id})
+        if row is None:
+            raise TableNotFoundError(self.name)
+        return int(row["version"])
+
+    def resolve_version(self, version: int | None = None, as_of: dt.datetime | None = None) -> int:
+        """The table version a read at ``version`` / ``as_of`` (default: latest) sees."""
+        if version is not None and as_of is not None:
+            raise ValueError("give version or as_of, not both")
+        latest = self.current_version()
+        if version is not None:
+            if not 0 <= version <= latest:
+                raise VersionNotFoundError(f"{self.name} has versions 0..{latest}, not {version}")
+            return version
+        if as_of is not None:
+            at = as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.UTC)
+            row = self.catalog.store.fetch_one(
+                query("version_at_time"), {"table_id": self.meta.table_id, "at": at}
+            )
+            if row is None:
+                return 0  # before the first commit: the empty table
+            return int(row["version"])
+        return latest
+
+    def plan(
+        self,
+        *,
+        version: int | None = None,
+        as_of: dt.datetime | None = None,
+        partitions: Sequence[str] | None = None,
+        partition_filter: PartitionFilter | None = None,
+    ) -> ScanPlan:
+        """Which files a read of this table at a version sees, partition by partition."""
+        table_version = self.resolve_version(version, as_of)
+        with self.catalog.store.connection() as conn, translate_errors():
+            if partitions is not None:
+                found = partition_heads(conn, self.meta.table_id, partitions, table_version)
+                heads = [h for h in found.values() if h is not None]
+            else:
+                heads = all_partition_heads(conn, self.meta.table_id, table_version)
+            if partition_filter is not None:
+                heads = [h for h in heads
+                         if partition_filter(self.meta.spec.parse(h.partition_desc)[0])]
+            snapshots = load_snapshots(conn, self.meta.table_id, heads)
+        return plan_scan(self.meta, table_version, snapshots)
+
+    def history(self, limit: int = 100, after: int = 0) -> list[VersionInfo]:
+        """Versions newest first: op, time, writer and batch, files and rows."""
+        rows = self.catalog.store.fetch_all(
+            query("table_history"),
+            {"table_id": self.meta.table_id, "limit": limit, "after": after},
+        )
+        return [
+            VersionInfo(
+                version=r["version"], op=CommitOp(r["commit_op"]), committed_at=r["committed_at"],
+                commit_id=r["commit_id"], writer_id=r["writer_id"], batch_id=r["batch_id"],
+                summary=r["summary"],
+            )
+            for r in rows
+        ]
+
+    def commit(
+        self,
+        op: CommitOp,
+        partitions: Sequence[PartitionCommit],
+        *,
+        base_version: int | None = None,
+        key: IdempotencyKey | None = None,
+        source_offsets: dict[str, object] | None = None,
+    ) -> CommitResult:
+        """Commit file operations to this table (the low-level API; see Catalog.commit)."""
+        request = CommitRequest(
+            tables=(TableCommit(table=self.name, op=op, partitions=tuple(partitions),
+                                base_version=base_version),),
+            key=key or IdempotencyKey.anonymous(),
+            source_offsets=source_offsets,
+        )
+        return self.catalog.commit(request, known={self.name: self.meta})
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.meta
+        return {
+            "name": self.name, "table_id": str(meta.table_id), "kind": meta.kind,
+            "location": meta.location, "primary_key": list(meta.primary_key),
+            "partition_by": list(meta.spec.columns), "hash_buckets": meta.spec.hash_buckets,
+            "schema_id": meta.current_schema_id,
+            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
+                       for f in meta.schema],
+            "properties": dict(meta.properties), "version": self.current_version(),
+        }
+
+
+class Transaction:
+    """Collects table commits and lands them as ONE atomic catalog commit on exit.
+
+    If the block raises, nothing is committed (files already written stay as leftovers for
+    maintenance). ``result`` holds the :class:`CommitResult` after a successful exit.
+    """
+
+    def __init__(
+        self, catalog: Catalog, key: IdempotencyKey | None,
+        source_offsets: dict[str, object] | None,
+    ) -> None:
+        self.catalog = catalog
+        self.key = key or IdempotencyKey.anonymous()
+        self.source_offsets = source_offsets
+        self._tables: dict[str, TableCommit] = {}
+        self.result: CommitResult | None = None
+
+    def add(self, commit: TableCommit) -> None:
+        name = str(parse_table_name(commit.table))
+        if name in self._tables:
+            raise CatalogError(f"{name} is already part of this transaction")
+        self._tables[name] = commit.model_copy(update={"table": name})
+
+    def commit_files(
+        self, table: str | Table, op: CommitOp, partitions: Sequence[PartitionCommit],
+        base_version: int | None = None,
+    ) -> None:
+        name = table.name if isinstance(table, Table) else table
+        self.add(TableCommit(table=name, op=op, partitions=tuple(partitions),
+                             base_version=base_version))
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None or not self._tables:
+            return
+        self.result = self.catalog.commit(
+            CommitRequest(tables=tuple(self._tables.values()), key=self.key,
+                          source_offsets=self.source_offsets)
+        )
+
+
+def _spec_for(
+    name: TableName, primary_key: Sequence[str], hash_buckets: int | None,
+    partition_by: Sequence[str],
+) -> PartitionSpec:
+    if isinstance(primary_key, str) or isinstance(partition_by, str):
+        raise SchemaError("primary_key and partition_by take a list of column names",
+                          table=str(name))
+    if primary_key:
+        buckets = DEFAULT_HASH_BUCKETS if hash_buckets is None else hash_buckets
+        if buckets == UNAWARE_BUCKET:
+            raise SchemaError("a table with a primary key needs hash buckets (>= 1)",
+                              table=str(name))
+    else:
+        if hash_buckets not in (None, UNAWARE_BUCKET):
+            raise SchemaError("hash buckets need a primary key; append tables use bucket -1",
+                              table=str(name))
+        buckets = UNAWARE_BUCKET
+    if len(set(primary_key)) != len(primary_key):
+        raise SchemaError("a primary-key column is named twice", table=str(name))
+    try:
+        return PartitionSpec(tuple(partition_by), buckets)
+    except ValueError as exc:
+        raise SchemaError(str(exc), table=str(name)) from exc
+
+
+def _check_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    checked = {}
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidNameError(str(key), "table properties are string keys and values")
+        checked[key] = value
+    json.dumps(checked)
+    return checked
+
+
+def _warehouse_root(warehouse: str | Path) -> str:
+    text = str(warehouse)
+    if "://" in text and not text.startswith("file://"):
+        raise CatalogError(f"only local warehouses are supported for now, got {text!r}")
+    path = Path(text.removeprefix("file://")).expanduser().resolve()
+    return str(path)

@@ -1,0 +1,192 @@
+-- Named queries of the catalog store. Each block starts with "-- name: NAME"; parameters are
+-- %(name)s placeholders, never spliced text.
+
+-- name: lock_tables
+-- Serialises commits per table: rows are locked in table_id order, so two multi-table commits
+-- never deadlock. Returns the server clock so one commit timestamp serves every table.
+SELECT h.table_id, h.version, h.committed_at, t.namespace, t.name, t.dropped_at,
+       t.properties, t.current_schema_id, clock_timestamp() AS now
+FROM table_head h JOIN table_info t USING (table_id)
+WHERE h.table_id = ANY(%(table_ids)s)
+ORDER BY h.table_id
+FOR UPDATE OF h
+
+-- name: find_commit_key
+SELECT commit_id, result FROM commit_key
+WHERE writer_id = %(writer_id)s AND batch_id = %(batch_id)s
+
+-- name: partition_heads
+-- The latest version of each named partition at or before a table version: one backward index
+-- probe on (table_id, partition_desc, table_version) per partition.
+SELECT d.partition_desc, p.version, p.table_version, p.snapshot_start, p.commit_op
+FROM unnest(%(descs)s::text[]) AS d(partition_desc)
+LEFT JOIN LATERAL (
+    SELECT version, table_version, snapshot_start, commit_op FROM partition_info p
+    WHERE p.table_id = %(table_id)s AND p.partition_desc = d.partition_desc
+      AND p.table_version <= %(table_version)s
+    ORDER BY p.table_version DESC LIMIT 1
+) p ON true
+
+-- name: all_partition_heads
+SELECT tp.partition_desc, p.version, p.table_version, p.snapshot_start, p.commit_op
+FROM table_partition tp
+CROSS JOIN LATERAL (
+    SELECT version, table_version, snapshot_start, commit_op FROM partition_info p
+    WHERE p.table_id = tp.table_id AND p.partition_desc = tp.partition_desc
+      AND p.table_version <= %(table_version)s
+    ORDER BY p.table_version DESC LIMIT 1
+) p
+WHERE tp.table_id = %(table_id)s AND tp.first_version <= %(table_version)s
+ORDER BY tp.partition_desc
+
+-- name: partition_version
+SELECT partition_desc, version, table_version, snapshot_start, commit_op FROM partition_info
+WHERE table_id = %(table_id)s AND partition_desc = %(partition_desc)s AND version = %(version)s
+
+-- name: landed_since
+-- Partition versions published after the table version a commit was planned against.
+SELECT partition_desc, version, commit_op, commit_ids, table_version FROM partition_info
+WHERE table_id = %(table_id)s AND partition_desc = ANY(%(descs)s)
+  AND table_version > %(base)s
+ORDER BY partition_desc, version
+
+-- name: chain_rows
+-- The rows of each partition's snapshot chain: from its start (a reset or version 1) to the
+-- version read. A range scan of the primary key per partition.
+SELECT p.partition_desc, p.version, p.commit_op, p.commit_ids
+FROM unnest(%(descs)s::text[], %(starts)s::int[], %(ends)s::int[]) AS r(pd, s, e)
+JOIN partition_info p
+  ON p.table_id = %(table_id)s AND p.partition_desc = r.pd AND p.version BETWEEN r.s AND r.e
+ORDER BY p.partition_desc, p.version
+
+-- name: commit_file_ops
+SELECT d.partition_desc, d.commit_id, d.commit_op, d.file_ops
+FROM unnest(%(descs)s::text[], %(commit_ids)s::uuid[]) AS r(pd, cid)
+JOIN data_commit_info d
+  ON d.table_id = %(table_id)s AND d.partition_desc = r.pd AND d.commit_id = r.cid
+
+-- name: insert_data_commits
+INSERT INTO data_commit_info (table_id, partition_desc, commit_id, commit_op, file_ops)
+SELECT %(table_id)s, r.pd, %(commit_id)s, %(commit_op)s, r.ops
+FROM unnest(%(descs)s::text[], %(ops)s::jsonb[]) AS r(pd, ops)
+ON CONFLICT DO NOTHING
+
+-- name: set_file_ops
+-- A landing compaction / update: its row now names the partition's whole file set (kept files,
+-- then its own ops), because its version starts a new snapshot chain.
+UPDATE data_commit_info SET file_ops = %(file_ops)s::jsonb
+WHERE table_id = %(table_id)s AND partition_desc = %(partition_desc)s
+  AND commit_id = %(commit_id)s
+
+-- name: mark_committed
+UPDATE data_commit_info SET committed = true
+WHERE table_id = %(table_id)s AND partition_desc = ANY(%(descs)s) AND commit_id = %(commit_id)s
+
+-- name: insert_partition_version
+INSERT INTO partition_info (table_id, partition_desc, version, table_version, commit_op,
+                            snapshot_start, commit_ids, committed_at)
+VALUES (%(table_id)s, %(partition_desc)s, %(version)s, %(table_version)s, %(commit_op)s,
+        %(snapshot_start)s, %(commit_ids)s, %(committed_at)s)
+
+-- name: insert_table_partitions
+INSERT INTO table_partition (table_id, partition_desc, first_version)
+SELECT %(table_id)s, pd, %(table_version)s FROM unnest(%(descs)s::text[]) AS pd
+ON CONFLICT DO NOTHING
+
+-- name: advance_head
+UPDATE table_head SET version = version + 1, committed_at = %(committed_at)s
+WHERE table_id = %(table_id)s
+RETURNING version
+
+-- name: insert_table_version
+INSERT INTO table_version (table_id, version, commit_id, commit_op, committed_at,
+                           writer_id, batch_id, summary)
+VALUES (%(table_id)s, %(version)s, %(commit_id)s, %(commit_op)s, %(committed_at)s,
+        %(writer_id)s, %(batch_id)s, %(summary)s)
+
+-- name: insert_commit_key
+INSERT INTO commit_key (writer_id, batch_id, commit_id, committed_at, result)
+VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(committed_at)s, %(result)s)
+
+-- name: upsert_writer_progress
+INSERT INTO writer_progress (writer_id, batch_id, commit_id, source_offsets, updated_at)
+VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(source_offsets)s, %(committed_at)s)
+ON CONFLICT (writer_id) DO UPDATE
+SET batch_id = excluded.batch_id, commit_id = excluded.commit_id,
+    source_offsets = excluded.source_offsets, updated_at = excluded.updated_at
+WHERE writer_progress.batch_id <= excluded.batch_id
+
+-- name: writer_progress
+SELECT writer_id, batch_id, commit_id, source_offsets, updated_at FROM writer_progress
+WHERE writer_id = %(writer_id)s
+
+-- name: insert_cleanup_files
+INSERT INTO cleanup_file (table_id, path, reason, commit_id)
+SELECT %(table_id)s, path, %(reason)s, %(commit_id)s FROM unnest(%(paths)s::text[]) AS path
+ON CONFLICT DO NOTHING
+
+-- name: table_by_name
+SELECT table_id, namespace, name, location, current_schema_id, partition_columns, hash_buckets,
+       primary_key, properties, created_at
+FROM table_info WHERE namespace = %(namespace)s AND name = %(name)s AND dropped_at IS NULL
+
+-- name: table_by_id
+SELECT table_id, namespace, name, location, current_schema_id, partition_columns, hash_buckets,
+       primary_key, properties, created_at, dropped_at
+FROM table_info WHERE table_id = %(table_id)s
+
+-- name: list_tables
+SELECT namespace, name FROM table_info
+WHERE dropped_at IS NULL AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY namespace, name
+
+-- name: insert_namespace
+INSERT INTO namespace (name) VALUES (%(name)s) ON CONFLICT DO NOTHING
+
+-- name: insert_table
+INSERT INTO table_info (table_id, namespace, name, location, current_schema_id,
+                        partition_columns, hash_buckets, primary_key, properties)
+VALUES (%(table_id)s, %(namespace)s, %(name)s, %(location)s, 0, %(partition_columns)s,
+        %(hash_buckets)s, %(primary_key)s, %(properties)s)
+
+-- name: insert_table_head
+INSERT INTO table_head (table_id, version, committed_at)
+VALUES (%(table_id)s, 0, clock_timestamp())
+
+-- name: insert_schema
+INSERT INTO table_schema (table_id, schema_id, arrow_schema)
+VALUES (%(table_id)s, %(schema_id)s, %(arrow_schema)s)
+
+-- name: set_current_schema
+UPDATE table_info SET current_schema_id = %(schema_id)s WHERE table_id = %(table_id)s
+
+-- name: table_schemas
+SELECT schema_id, arrow_schema FROM table_schema WHERE table_id = %(table_id)s ORDER BY schema_id
+
+-- name: drop_table
+UPDATE table_info SET dropped_at = clock_timestamp()
+WHERE namespace = %(namespace)s AND name = %(name)s AND dropped_at IS NULL
+RETURNING table_id
+
+-- name: table_head
+SELECT version, committed_at FROM table_head WHERE table_id = %(table_id)s
+
+-- name: table_heads
+SELECT table_id, version FROM table_head WHERE table_id = ANY(%(table_ids)s)
+
+-- name: version_at_time
+SELECT version FROM table_version
+WHERE table_id = %(table_id)s AND committed_at <= %(at)s
+ORDER BY committed_at DESC LIMIT 1
+
+-- name: table_history
+SELECT version, commit_id, commit_op, committed_at, writer_id, batch_id, summary
+FROM table_version WHERE table_id = %(table_id)s
+  AND version > %(after)s
+ORDER BY version DESC LIMIT %(limit)s
+
+-- name: pending_data_commits
+-- Commit rows that were written but never published, older than a grace period.
+SELECT table_id, partition_desc, commit_id, commit_op, file_ops, created_at
+FROM data_commit_info WHERE NOT committed AND created_at < %(before)s
+ORDER BY created_at

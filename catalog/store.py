@@ -1,0 +1,119 @@
+"""The PostgreSQL seam: a connection pool, and the one place driver errors become catalog errors.
+
+Connections are autocommit; every multi-statement unit of work opens ``conn.transaction()``
+explicitly, so no statement ever runs in a transaction it did not ask for. The isolation level is
+READ COMMITTED on purpose - see :mod:`catalog.committer` for why the conflict check is not blind
+under it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from catalog.errors import CatalogUnavailableError
+from catalog.migrations import migrate
+
+Row = dict[str, Any]
+
+
+class TransientStoreError(Exception):
+    """A failure after which the same unit of work may simply be tried again."""
+
+    def __init__(self, reason: str, cause: BaseException) -> None:
+        super().__init__(f"{reason}: {cause}")
+        self.reason = reason
+
+
+class LockBusy(TransientStoreError):
+    """``lock_timeout`` expired while waiting for another committer."""
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    pool_size: int = 4
+    connect_timeout: float = 10.0
+    lock_timeout_ms: int = 5_000
+    statement_timeout_ms: int = 60_000
+
+
+class PgStore:
+    """Owns the pool; hands out connections; translates driver errors at one seam."""
+
+    def __init__(self, dsn: str, settings: StoreSettings = StoreSettings()) -> None:
+        self.settings = settings
+        options = (
+            f"-c lock_timeout={settings.lock_timeout_ms} "
+            f"-c statement_timeout={settings.statement_timeout_ms} "
+            "-c default_transaction_isolation=read\\ committed"
+        )
+        self._pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=settings.pool_size,
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "options": options,
+                "connect_timeout": int(settings.connect_timeout),
+                "application_name": "lakestream",
+            },
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="lakestream-catalog",
+        )
+        self._dsn = dsn
+
+    def open(self, *, migrate_schema: bool = True) -> None:
+        try:
+            self._pool.open(wait=True, timeout=self.settings.connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise CatalogUnavailableError(f"cannot connect to the catalog database: {exc}") from exc
+        if migrate_schema:
+            with self.connection() as conn:
+                migrate(conn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """A pooled connection; connection-level failures surface as transient errors."""
+        try:
+            with self._pool.connection(timeout=self.settings.connect_timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise TransientStoreError("no catalog connection available", exc) from exc
+
+    def fetch_all(self, sql: Any, params: dict[str, Any]) -> list[Row]:
+        with self.connection() as conn, translate_errors():
+            return list(conn.execute(sql, params).fetchall())
+
+    def fetch_one(self, sql: Any, params: dict[str, Any]) -> Row | None:
+        with self.connection() as conn, translate_errors():
+            return conn.execute(sql, params).fetchone()
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map the driver's transient failures to :class:`TransientStoreError`; others pass."""
+    try:
+        yield
+    except pg_errors.LockNotAvailable as exc:
+        raise LockBusy("table locked by other committers", exc) from exc
+    except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
+        raise TransientStoreError("transaction conflict in PostgreSQL", exc) from exc
+    except pg_errors.QueryCanceled as exc:
+        raise TransientStoreError("statement timed out", exc) from exc
+    except (pg_errors.AdminShutdown, pg_errors.CannotConnectNow) as exc:
+        raise TransientStoreError("catalog database is restarting", exc) from exc
+    except psycopg.OperationalError as exc:
+        raise TransientStoreError("catalog connection failed", exc) from exc
