@@ -85,6 +85,17 @@ class WriterProgress:
     updated_at: dt.datetime
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """Files no reader will ever see: of commits never published, or discarded ones."""
+
+    table_id: uuid.UUID
+    paths: tuple[str, ...]
+    reason: str
+    commit_id: uuid.UUID | None
+    since: dt.datetime
+
+
 class Catalog:
     """A connection to a lakestream catalog in PostgreSQL. Thread-safe; one per process."""
 
@@ -99,14 +110,14 @@ class Catalog:
         dsn: str,
         *,
         warehouse: str | Path | None = None,
-        settings: StoreSettings = StoreSettings(),
-        retry: RetryPolicy = RetryPolicy(),
+        settings: StoreSettings | None = None,
+        retry: RetryPolicy | None = None,
         migrate: bool = True,
     ) -> Catalog:
         """Connect, creating or migrating the catalog schema; remember the warehouse root."""
-        store = PgStore(dsn, settings)
+        store = PgStore(dsn, settings or StoreSettings())
         store.open(migrate_schema=migrate)
-        catalog = cls(store, retry, None)
+        catalog = cls(store, retry or RetryPolicy(), None)
         catalog._warehouse = catalog._init_warehouse(warehouse)
         return catalog
 
@@ -141,15 +152,22 @@ class Catalog:
         props = _check_properties(properties or {})
         spec = _spec_for(table_name, primary_key, hash_buckets, partition_by)
         prepared = schemas.prepare_table_schema(
-            schema, table=str(table_name), primary_key=primary_key, partition_by=partition_by,
+            schema,
+            table=str(table_name),
+            primary_key=primary_key,
+            partition_by=partition_by,
             sequence_column=props.get(SEQUENCE_COLUMN_PROPERTY),
         )
         table_id = uuid.uuid4()
         where = location or self._default_location(table_name, table_id)
         params = {
-            "table_id": table_id, "namespace": table_name.namespace, "name": table_name.name,
-            "location": where, "partition_columns": list(spec.columns),
-            "hash_buckets": spec.hash_buckets, "primary_key": list(primary_key),
+            "table_id": table_id,
+            "namespace": table_name.namespace,
+            "name": table_name.name,
+            "location": where,
+            "partition_columns": list(spec.columns),
+            "hash_buckets": spec.hash_buckets,
+            "primary_key": list(primary_key),
             "properties": Jsonb(props),
         }
         try:
@@ -157,9 +175,14 @@ class Catalog:
                 conn.execute(query("insert_namespace"), {"name": table_name.namespace})
                 conn.execute(query("insert_table"), params)
                 conn.execute(query("insert_table_head"), params)
-                conn.execute(query("insert_schema"), {
-                    "table_id": table_id, "schema_id": 0,
-                    "arrow_schema": schemas.serialize(prepared)})
+                conn.execute(
+                    query("insert_schema"),
+                    {
+                        "table_id": table_id,
+                        "schema_id": 0,
+                        "arrow_schema": schemas.serialize(prepared),
+                    },
+                )
         except pg_errors.UniqueViolation as exc:
             raise TableAlreadyExistsError(str(table_name)) from exc
         log.info("table_created", table=str(table_name), kind=spec, location=where)
@@ -213,8 +236,9 @@ class Catalog:
                 raise TableNotFoundError(str(table_name))
             # wait for in-flight commits so none lands after the drop
             conn.execute(query("lock_tables"), {"table_ids": [row["table_id"]]})
-            conn.execute(query("drop_table"),
-                         {"namespace": table_name.namespace, "name": table_name.name})
+            conn.execute(
+                query("drop_table"), {"namespace": table_name.namespace, "name": table_name.name}
+            )
         log.info("table_dropped", table=str(table_name))
 
     # -- commits -----------------------------------------------------------------------------
@@ -234,8 +258,12 @@ class Catalog:
         }
         result = self._committer.commit(request, metas)
         log.info(
-            "commit", commit_id=str(result.commit_id), writer_id=request.key.writer_id,
-            batch_id=request.key.batch_id, replayed=result.replayed, attempts=result.attempts,
+            "commit",
+            commit_id=str(result.commit_id),
+            writer_id=request.key.writer_id,
+            batch_id=request.key.batch_id,
+            replayed=result.replayed,
+            attempts=result.attempts,
             tables={t.table: t.version for t in result.tables},
             files=sum(len(p.ops) for tc in request.tables for p in tc.partitions),
         )
@@ -253,6 +281,37 @@ class Catalog:
     def writer_progress(self, writer_id: str) -> WriterProgress | None:
         row = self._store.fetch_one(query("writer_progress"), {"writer_id": writer_id})
         return WriterProgress(**row) if row else None
+
+    def leftovers(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[Leftover]:
+        """What crashed or losing writers left behind, older than a grace period.
+
+        Commit rows that were prepared but never published name files that no snapshot holds;
+        discarded compactions recorded theirs for cleanup. Maintenance deletes both.
+        """
+        with self._store.connection() as conn, translate_errors():
+            before = conn.execute(
+                "SELECT clock_timestamp() - %(g)s AS t", {"g": older_than}
+            ).fetchone()
+            assert before is not None
+            pending = conn.execute(
+                query("pending_data_commits"), {"before": before["t"]}
+            ).fetchall()
+            discarded = conn.execute(query("cleanup_files"), {"before": before["t"]}).fetchall()
+        found = [
+            Leftover(
+                r["table_id"],
+                tuple(op["file"]["path"] for op in r["file_ops"] if op["action"] == "add"),
+                "commit never published",
+                r["commit_id"],
+                r["created_at"],
+            )
+            for r in pending
+        ]
+        found += [
+            Leftover(r["table_id"], (r["path"],), r["reason"], r["commit_id"], r["recorded_at"])
+            for r in discarded
+        ]
+        return found
 
     def read_point(self, tables: Iterable[str]) -> dict[str, int]:
         """The latest versions of several tables, read at one instant (a consistent cut)."""
@@ -371,8 +430,9 @@ class Table:
             else:
                 heads = all_partition_heads(conn, self.meta.table_id, table_version)
             if partition_filter is not None:
-                heads = [h for h in heads
-                         if partition_filter(self.meta.spec.parse(h.partition_desc)[0])]
+                heads = [
+                    h for h in heads if partition_filter(self.meta.spec.parse(h.partition_desc)[0])
+                ]
             snapshots = load_snapshots(conn, self.meta.table_id, heads)
         return plan_scan(self.meta, table_version, snapshots)
 
@@ -384,8 +444,12 @@ class Table:
         )
         return [
             VersionInfo(
-                version=r["version"], op=CommitOp(r["commit_op"]), committed_at=r["committed_at"],
-                commit_id=r["commit_id"], writer_id=r["writer_id"], batch_id=r["batch_id"],
+                version=r["version"],
+                op=CommitOp(r["commit_op"]),
+                committed_at=r["committed_at"],
+                commit_id=r["commit_id"],
+                writer_id=r["writer_id"],
+                batch_id=r["batch_id"],
                 summary=r["summary"],
             )
             for r in rows
@@ -402,8 +466,11 @@ class Table:
     ) -> CommitResult:
         """Commit file operations to this table (the low-level API; see Catalog.commit)."""
         request = CommitRequest(
-            tables=(TableCommit(table=self.name, op=op, partitions=tuple(partitions),
-                                base_version=base_version),),
+            tables=(
+                TableCommit(
+                    table=self.name, op=op, partitions=tuple(partitions), base_version=base_version
+                ),
+            ),
             key=key or IdempotencyKey.anonymous(),
             source_offsets=source_offsets,
         )
@@ -412,13 +479,19 @@ class Table:
     def describe(self) -> dict[str, Any]:
         meta = self.meta
         return {
-            "name": self.name, "table_id": str(meta.table_id), "kind": meta.kind,
-            "location": meta.location, "primary_key": list(meta.primary_key),
-            "partition_by": list(meta.spec.columns), "hash_buckets": meta.spec.hash_buckets,
+            "name": self.name,
+            "table_id": str(meta.table_id),
+            "kind": meta.kind,
+            "location": meta.location,
+            "primary_key": list(meta.primary_key),
+            "partition_by": list(meta.spec.columns),
+            "hash_buckets": meta.spec.hash_buckets,
             "schema_id": meta.current_schema_id,
-            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
-                       for f in meta.schema],
-            "properties": dict(meta.properties), "version": self.current_version(),
+            "schema": [
+                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema
+            ],
+            "properties": dict(meta.properties),
+            "version": self.current_version(),
         }
 
 
@@ -430,7 +503,9 @@ class Transaction:
     """
 
     def __init__(
-        self, catalog: Catalog, key: IdempotencyKey | None,
+        self,
+        catalog: Catalog,
+        key: IdempotencyKey | None,
         source_offsets: dict[str, object] | None,
     ) -> None:
         self.catalog = catalog
@@ -446,44 +521,58 @@ class Transaction:
         self._tables[name] = commit.model_copy(update={"table": name})
 
     def commit_files(
-        self, table: str | Table, op: CommitOp, partitions: Sequence[PartitionCommit],
+        self,
+        table: str | Table,
+        op: CommitOp,
+        partitions: Sequence[PartitionCommit],
         base_version: int | None = None,
     ) -> None:
         name = table.name if isinstance(table, Table) else table
-        self.add(TableCommit(table=name, op=op, partitions=tuple(partitions),
-                             base_version=base_version))
+        self.add(
+            TableCommit(table=name, op=op, partitions=tuple(partitions), base_version=base_version)
+        )
 
     def __enter__(self) -> Transaction:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         if exc_type is not None or not self._tables:
             return
         self.result = self.catalog.commit(
-            CommitRequest(tables=tuple(self._tables.values()), key=self.key,
-                          source_offsets=self.source_offsets)
+            CommitRequest(
+                tables=tuple(self._tables.values()),
+                key=self.key,
+                source_offsets=self.source_offsets,
+            )
         )
 
 
 def _spec_for(
-    name: TableName, primary_key: Sequence[str], hash_buckets: int | None,
+    name: TableName,
+    primary_key: Sequence[str],
+    hash_buckets: int | None,
     partition_by: Sequence[str],
 ) -> PartitionSpec:
     if isinstance(primary_key, str) or isinstance(partition_by, str):
-        raise SchemaError("primary_key and partition_by take a list of column names",
-                          table=str(name))
+        raise SchemaError(
+            "primary_key and partition_by take a list of column names", table=str(name)
+        )
     if primary_key:
         buckets = DEFAULT_HASH_BUCKETS if hash_buckets is None else hash_buckets
         if buckets == UNAWARE_BUCKET:
-            raise SchemaError("a table with a primary key needs hash buckets (>= 1)",
-                              table=str(name))
+            raise SchemaError(
+                "a table with a primary key needs hash buckets (>= 1)", table=str(name)
+            )
     else:
         if hash_buckets not in (None, UNAWARE_BUCKET):
-            raise SchemaError("hash buckets need a primary key; append tables use bucket -1",
-                              table=str(name))
+            raise SchemaError(
+                "hash buckets need a primary key; append tables use bucket -1", table=str(name)
+            )
         buckets = UNAWARE_BUCKET
     if len(set(primary_key)) != len(primary_key):
         raise SchemaError("a primary-key column is named twice", table=str(name))

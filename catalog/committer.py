@@ -36,6 +36,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import structlog
@@ -74,7 +75,7 @@ _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 class _CommitSent(Exception):
     """The connection failed after COMMIT was sent: the outcome is unknown."""
 
-    def __init__(self, cause: BaseException) -> None:
+    def __init__(self, cause: Exception) -> None:
         super().__init__(str(cause))
         self.cause = cause
 
@@ -123,8 +124,13 @@ class Committer:
                 unknown = False  # definitely not landed: safe to try again
             except TransientStoreError as exc:
                 last_error = exc
-            log.warning("commit_retry", attempt=attempt, error=str(last_error),
-                        writer_id=request.key.writer_id, batch_id=request.key.batch_id)
+            log.warning(
+                "commit_retry",
+                attempt=attempt,
+                error=str(last_error),
+                writer_id=request.key.writer_id,
+                batch_id=request.key.batch_id,
+            )
         raise self._exhausted(request, last_error, unknown)
 
     def resolve(self, key: IdempotencyKey) -> CommitResult | None:
@@ -221,14 +227,18 @@ class _Publication:
         if previous is not None:
             return previous.model_copy(update={"replayed": True})
         committed_at = max([now, *(t.committed_at + _ONE_MICROSECOND for t in locked.values())])
-        plans = {tc.table: self._plan(tc, locked[self.metas[tc.table].table_id]) for tc in
-                 self.request.tables}
+        plans = {
+            tc.table: self._plan(tc, locked[self.metas[tc.table].table_id])
+            for tc in self.request.tables
+        }
         results = tuple(
             self._apply(tc, plans[tc.table], locked[self.metas[tc.table].table_id], committed_at)
             for tc in self.request.tables
         )
         result = CommitResult(
-            commit_id=self.commit_id, key=self.request.key, committed_at=committed_at,
+            commit_id=self.commit_id,
+            key=self.request.key,
+            committed_at=committed_at,
             tables=results,
         )
         self._record_key(result)
@@ -238,8 +248,9 @@ class _Publication:
         table_ids = sorted(self.metas[tc.table].table_id for tc in self.request.tables)
         rows = self.conn.execute(query("lock_tables"), {"table_ids": table_ids}).fetchall()
         locked = {
-            r["table_id"]: _LockedTable(r["table_id"], r["version"], r["committed_at"],
-                                        r["dropped_at"] is not None)
+            r["table_id"]: _LockedTable(
+                r["table_id"], r["version"], r["committed_at"], r["dropped_at"] is not None
+            )
             for r in rows
         }
         for tc in self.request.tables:
@@ -262,8 +273,9 @@ class _Publication:
         landed = self._landed(tc, table, heads)
         plans = []
         for part in tc.partitions:
-            plan = _PartitionPlan(part, landed.get(part.partition_desc, []),
-                                  heads[part.partition_desc])
+            plan = _PartitionPlan(
+                part, landed.get(part.partition_desc, []), heads[part.partition_desc]
+            )
             outcome = conflicts.resolve(tc.op, plan.landed, meta.relaxations)
             if outcome.resolution is conflicts.Resolution.FAIL:
                 raise _conflict(tc, plan, outcome, table.version)
@@ -304,8 +316,7 @@ class _Publication:
         base_heads = {p.commit.partition_desc: self._base_head(meta, p) for p in plans}
         snapshots = {
             s.partition_desc: s
-            for s in load_snapshots(self.conn, meta.table_id,
-                                    [h for h in base_heads.values() if h])
+            for s in load_snapshots(self.conn, meta.table_id, [h for h in base_heads.values() if h])
         }
         for plan in plans:
             snapshot = snapshots.get(plan.commit.partition_desc)
@@ -313,7 +324,8 @@ class _Publication:
             gone = [f.path for f in plan.commit.deleted if f.path not in live]
             if gone:
                 raise CommitConflict(
-                    kind=ConflictKind.INPUT_FILES_GONE, table=tc.table,
+                    kind=ConflictKind.INPUT_FILES_GONE,
+                    table=tc.table,
                     partition_desc=plan.commit.partition_desc,
                     expected_version=tc.base_version,
                     actual_version=plan.head.version if plan.head else None,
@@ -329,13 +341,19 @@ class _Publication:
             return plan.head
         row = self.conn.execute(
             query("partition_version"),
-            {"table_id": meta.table_id, "partition_desc": plan.commit.partition_desc,
-             "version": plan.landed[0].version - 1},
+            {
+                "table_id": meta.table_id,
+                "partition_desc": plan.commit.partition_desc,
+                "version": plan.landed[0].version - 1,
+            },
         ).fetchone()
         return head_from_row(row) if row else None
 
     def _apply(
-        self, tc: TableCommit, plans: Sequence[_PartitionPlan], table: _LockedTable,
+        self,
+        tc: TableCommit,
+        plans: Sequence[_PartitionPlan],
+        table: _LockedTable,
         committed_at: dt.datetime,
     ) -> TableCommitResult:
         meta = self.metas[tc.table]
@@ -343,60 +361,87 @@ class _Publication:
         discarded = [p for p in plans if p.chain is None]
         self._record_discarded(meta, discarded)
         if not landing:
-            log.info("commit_discarded", table=tc.table, op=tc.op.value,
-                     partitions=len(discarded))
-            return TableCommitResult(table=tc.table, table_id=meta.table_id, version=None,
-                                     discarded=True)
+            log.info("commit_discarded", table=tc.table, op=tc.op.value, partitions=len(discarded))
+            return TableCommitResult(
+                table=tc.table, table_id=meta.table_id, version=None, discarded=True
+            )
         row = self.conn.execute(
             query("advance_head"), {"table_id": meta.table_id, "committed_at": committed_at}
         ).fetchone()
         assert row is not None  # the head row is locked by us
         version: int = row["version"]
         partition_versions = self._insert_versions(tc, meta, landing, version, committed_at)
-        self._insert_table_version(tc, meta, landing, discarded, version, committed_at)
+        self._insert_table_version(tc, meta, (landing, discarded), version, committed_at)
         return TableCommitResult(
-            table=tc.table, table_id=meta.table_id, version=version,
+            table=tc.table,
+            table_id=meta.table_id,
+            version=version,
             partition_versions=partition_versions,
         )
 
     def _insert_versions(
-        self, tc: TableCommit, meta: TableMeta, landing: Sequence[_PartitionPlan],
-        table_version: int, committed_at: dt.datetime,
+        self,
+        tc: TableCommit,
+        meta: TableMeta,
+        landing: Sequence[_PartitionPlan],
+        table_version: int,
+        committed_at: dt.datetime,
     ) -> dict[str, int]:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for plan in landing:
             assert plan.chain is not None
             version = (plan.head.version if plan.head else 0) + 1
             start = (
-                version if plan.chain.starts_new_chain or plan.head is None
+                version
+                if plan.chain.starts_new_chain or plan.head is None
                 else plan.head.snapshot_start
             )
-            rows.append({
-                "table_id": meta.table_id, "partition_desc": plan.commit.partition_desc,
-                "version": version, "table_version": table_version, "commit_op": tc.op.value,
-                "snapshot_start": start, "commit_ids": list(plan.chain.commit_ids),
-                "committed_at": committed_at,
-            })
+            rows.append(
+                {
+                    "table_id": meta.table_id,
+                    "partition_desc": plan.commit.partition_desc,
+                    "version": version,
+                    "table_version": table_version,
+                    "commit_op": tc.op.value,
+                    "snapshot_start": start,
+                    "commit_ids": list(plan.chain.commit_ids),
+                    "committed_at": committed_at,
+                }
+            )
         with self.conn.cursor() as cur:
             cur.executemany(query("insert_partition_version"), rows)
             materialized = [
-                {"table_id": meta.table_id, "partition_desc": p.commit.partition_desc,
-                 "commit_id": self.commit_id, "file_ops": _ops_json(p.full_state)}
-                for p in landing if p.full_state is not None
+                {
+                    "table_id": meta.table_id,
+                    "partition_desc": p.commit.partition_desc,
+                    "commit_id": self.commit_id,
+                    "file_ops": _ops_json(p.full_state),
+                }
+                for p in landing
+                if p.full_state is not None
             ]
             if materialized:
                 cur.executemany(query("set_file_ops"), materialized)
         descs = [plan.commit.partition_desc for plan in landing]
-        params = {"table_id": meta.table_id, "descs": descs, "commit_id": self.commit_id,
-                  "table_version": table_version}
+        params = {
+            "table_id": meta.table_id,
+            "descs": descs,
+            "commit_id": self.commit_id,
+            "table_version": table_version,
+        }
         self.conn.execute(query("mark_committed"), params)
         self.conn.execute(query("insert_table_partitions"), params)
         return {r["partition_desc"]: r["version"] for r in rows}
 
     def _insert_table_version(
-        self, tc: TableCommit, meta: TableMeta, landing: Sequence[_PartitionPlan],
-        discarded: Sequence[_PartitionPlan], version: int, committed_at: dt.datetime,
+        self,
+        tc: TableCommit,
+        meta: TableMeta,
+        plans: tuple[Sequence[_PartitionPlan], Sequence[_PartitionPlan]],
+        version: int,
+        committed_at: dt.datetime,
     ) -> None:
+        landing, discarded = plans
         added = [f for p in landing for f in p.commit.added]
         removed = [f for p in landing for f in p.commit.deleted]
         summary = {
@@ -411,10 +456,16 @@ class _Publication:
         }
         self.conn.execute(
             query("insert_table_version"),
-            {"table_id": meta.table_id, "version": version, "commit_id": self.commit_id,
-             "commit_op": tc.op.value, "committed_at": committed_at,
-             "writer_id": self.request.key.writer_id, "batch_id": self.request.key.batch_id,
-             "summary": Jsonb(summary)},
+            {
+                "table_id": meta.table_id,
+                "version": version,
+                "commit_id": self.commit_id,
+                "commit_op": tc.op.value,
+                "committed_at": committed_at,
+                "writer_id": self.request.key.writer_id,
+                "batch_id": self.request.key.batch_id,
+                "summary": Jsonb(summary),
+            },
         )
 
     def _record_discarded(self, meta: TableMeta, discarded: Sequence[_PartitionPlan]) -> None:
@@ -423,17 +474,25 @@ class _Publication:
         if paths:
             self.conn.execute(
                 query("insert_cleanup_files"),
-                {"table_id": meta.table_id, "paths": paths, "commit_id": self.commit_id,
-                 "reason": "discarded by conflict resolution"},
+                {
+                    "table_id": meta.table_id,
+                    "paths": paths,
+                    "commit_id": self.commit_id,
+                    "reason": "discarded by conflict resolution",
+                },
             )
 
     def _record_key(self, result: CommitResult) -> None:
         key = self.request.key
         params = {
-            "writer_id": key.writer_id, "batch_id": key.batch_id, "commit_id": self.commit_id,
-            "committed_at": result.committed_at, "result": Jsonb(result.model_dump(mode="json")),
+            "writer_id": key.writer_id,
+            "batch_id": key.batch_id,
+            "commit_id": self.commit_id,
+            "committed_at": result.committed_at,
+            "result": Jsonb(result.model_dump(mode="json")),
             "source_offsets": Jsonb(self.request.source_offsets)
-            if self.request.source_offsets is not None else None,
+            if self.request.source_offsets is not None
+            else None,
         }
         self.conn.execute(query("insert_commit_key"), params)
         self.conn.execute(query("upsert_writer_progress"), params)
@@ -457,11 +516,16 @@ def _conflict(
     winner = outcome.winner
     winning_commit = None
     if winner is not None and winner.commit_ids:
-        winning_commit = winner.commit_ids[0] if winner.op.resets_snapshot else winner.commit_ids[-1]
+        winning_commit = (
+            winner.commit_ids[0] if winner.op.resets_snapshot else winner.commit_ids[-1]
+        )
     return CommitConflict(
-        kind=ConflictKind.CONCURRENT_WRITE, table=tc.table,
-        partition_desc=plan.commit.partition_desc, expected_version=tc.base_version,
-        actual_version=actual, winning_commit=winning_commit,
+        kind=ConflictKind.CONCURRENT_WRITE,
+        table=tc.table,
+        partition_desc=plan.commit.partition_desc,
+        expected_version=tc.base_version,
+        actual_version=actual,
+        winning_commit=winning_commit,
         winning_op=winner.op.value if winner else None,
     )
 
@@ -478,11 +542,13 @@ def validate_request(request: CommitRequest, metas: Mapping[str, TableMeta]) -> 
 
 def _validate_table_commit(tc: TableCommit, meta: TableMeta) -> None:
     if tc.op.resets_snapshot and tc.base_version is None:
-        raise CommitRejected(f"a {tc.op} commit needs the base version it was planned against",
-                             table=tc.table)
+        raise CommitRejected(
+            f"a {tc.op} commit needs the base version it was planned against", table=tc.table
+        )
     if tc.op is CommitOp.MERGE and not meta.is_cdc:
-        raise CommitRejected(f"{tc.table!r} has no primary key: merge commits need one",
-                             table=tc.table)
+        raise CommitRejected(
+            f"{tc.table!r} has no primary key: merge commits need one", table=tc.table
+        )
     if not tc.partitions:
         raise CommitRejected("a table commit must touch at least one partition", table=tc.table)
     for part in tc.partitions:
@@ -496,4 +562,6 @@ def _validate_table_commit(tc: TableCommit, meta: TableMeta) -> None:
             if file.schema_id not in meta.schemas:
                 raise CommitRejected(
                     f"file {file.path!r} names schema id {file.schema_id}, which "
-                    f"{tc.table!r} does not have", table=tc.table)
+                    f"{tc.table!r} does not have",
+                    table=tc.table,
+                )

@@ -120,8 +120,9 @@ class Chain:
     commit_ids: tuple[uuid.UUID, ...]
 
 
-def new_chain(mine: CommitOp, commit_id: uuid.UUID, outcome: Outcome,
-              landed: Sequence[Landed]) -> Chain:
+def new_chain(
+    mine: CommitOp, commit_id: uuid.UUID, outcome: Outcome, landed: Sequence[Landed]
+) -> Chain:
     """The chain entry of my commit, once :func:`resolve` said it lands."""
     resolution = outcome.resolution
     if resolution in (Resolution.FAIL, Resolution.DISCARD):

@@ -136,7 +136,8 @@ class CommitRequest(_Frozen):
 
     tables: tuple[TableCommit, ...] = Field(min_length=1)
     key: IdempotencyKey = Field(default_factory=IdempotencyKey.anonymous)
-    #: Source positions (e.g. Kafka offsets) stored as the writer's progress in the same transaction.
+    #: Source positions (e.g. Kafka offsets), stored as the writer's progress in the same
+    #: transaction.
     source_offsets: dict[str, object] | None = None
 
 

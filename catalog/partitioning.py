@@ -98,7 +98,9 @@ class PartitionSpec:
         for piece, column in zip(pieces, expected, strict=True):
             key, sep, text = piece.partition("=")
             if key != column or not sep:
-                raise InvalidPartitionError(f"partition {desc!r}: expected {column}=..., got {piece!r}")
+                raise InvalidPartitionError(
+                    f"partition {desc!r}: expected {column}=..., got {piece!r}"
+                )
             if column == BUCKET_KEY and self.bucketed:
                 bucket = self._parse_bucket(desc, text)
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import LiteralString, cast
+from typing import LiteralString
 
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -25,4 +25,4 @@ def _load() -> dict[str, str]:
 
 def query(name: str) -> LiteralString:
     """The SQL text of a named query. It comes from our own package file, never from input."""
-    return cast(LiteralString, _load()[name])
+    return _load()[name]

@@ -32,7 +32,7 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Full jitter: uniform in [0, min(max_delay, base_delay * 2**attempt))."""
         ceiling = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return ceiling * self.rand()
+        return float(ceiling * self.rand())
 
     def attempts_iter(self) -> Iterator[int]:
         """Yield attempt numbers 1, 2, ...; sleeps between them; stops at the bound or deadline.

@@ -43,7 +43,9 @@ def prepare_table_schema(
 ) -> pa.Schema:
     """Validate a new table's schema; return it with primary-key columns made non-nullable."""
     if not isinstance(schema, pa.Schema):
-        raise SchemaError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}", table=table)
+        raise SchemaError(
+            f"schema must be a pyarrow.Schema, got {type(schema).__name__}", table=table
+        )
     if len(schema) == 0:
         raise SchemaError("a table needs at least one column", table=table)
     names = [check_column_name(f.name) for f in schema]
@@ -78,5 +80,7 @@ def _check_key_column(schema: pa.Schema, column: str, table: str) -> None:
 def _field(schema: pa.Schema, column: str, table: str, role: str) -> pa.Field:
     index = schema.get_field_index(column)
     if index < 0:
-        raise SchemaError(f"{role} column {column!r} is not in the schema", table=table, column=column)
+        raise SchemaError(
+            f"{role} column {column!r} is not in the schema", table=table, column=column
+        )
     return schema.field(index)

@@ -73,7 +73,9 @@ def head_from_row(row: DictRow) -> PartitionHead:
 
 
 def partition_heads(
-    conn: psycopg.Connection[DictRow], table_id: uuid.UUID, descs: Sequence[str],
+    conn: psycopg.Connection[DictRow],
+    table_id: uuid.UUID,
+    descs: Sequence[str],
     table_version: int,
 ) -> dict[str, PartitionHead | None]:
     """Latest version at or before ``table_version`` of each named partition (None: none yet)."""

@@ -190,3 +190,7 @@ ORDER BY version DESC LIMIT %(limit)s
 SELECT table_id, partition_desc, commit_id, commit_op, file_ops, created_at
 FROM data_commit_info WHERE NOT committed AND created_at < %(before)s
 ORDER BY created_at
+
+-- name: cleanup_files
+SELECT table_id, path, reason, commit_id, recorded_at FROM cleanup_file
+WHERE recorded_at < %(before)s ORDER BY recorded_at

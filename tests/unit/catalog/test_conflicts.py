@@ -56,7 +56,7 @@ def model_resolve(base: list, current: list, theirs: list, mine: CommitOp, cid):
     if mine is C:
         if ops & {U, C}:
             return "discard", current
-        return "land", [cid, *current[len(base):]]
+        return "land", [cid, *current[len(base) :]]
     if mine is U:
         if ops & {A, M, U}:
             return "fail", current
@@ -74,7 +74,7 @@ class ChainLog:
 
     def snapshot(self, version: int) -> list:
         start = self.rows[version - 1][0]
-        return [cid for _, ids in self.rows[start - 1:version] for cid in ids]
+        return [cid for _, ids in self.rows[start - 1 : version] for cid in ids]
 
     def append(self, chain: Chain) -> None:
         version = len(self.rows) + 1
@@ -82,8 +82,10 @@ class ChainLog:
         self.rows.append((start, chain.commit_ids))
 
     def landed_since(self, base: int, ops: list) -> list[Landed]:
-        return [Landed(v, ops[v - base - 1], self.rows[v - 1][1])
-                for v in range(base + 1, len(self.rows) + 1)]
+        return [
+            Landed(v, ops[v - base - 1], self.rows[v - 1][1])
+            for v in range(base + 1, len(self.rows) + 1)
+        ]
 
 
 ops_strategy = st.sampled_from([A, C, U, M])

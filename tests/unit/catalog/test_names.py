@@ -10,8 +10,22 @@ def test_names_are_case_insensitive():
 
 @pytest.mark.parametrize(
     "name",
-    ["orders", "a.b.c", "shop.", ".orders", "shop.ord'ers", 'shop."x"', "shop.x;drop table t",
-     "shop.ördrers", "shop.x y", "1shop.x", "shop.x-y", "", "shop.\x00x", "s." + "x" * 200],
+    [
+        "orders",
+        "a.b.c",
+        "shop.",
+        ".orders",
+        "shop.ord'ers",
+        'shop."x"',
+        "shop.x;drop table t",
+        "shop.ördrers",
+        "shop.x y",
+        "1shop.x",
+        "shop.x-y",
+        "",
+        "shop.\x00x",
+        "s." + "x" * 200,
+    ],
 )
 def test_hostile_or_malformed_table_names_are_refused(name):
     with pytest.raises(InvalidNameError):

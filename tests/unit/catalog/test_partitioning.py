@@ -51,8 +51,15 @@ def test_typed_values_come_back_as_the_column_type():
 
 @pytest.mark.parametrize(
     "desc",
-    ["region=eu", "region=eu,day=1", "day=1,region=eu,bucket=0001", "region=eu,day=1,bucket=16",
-     "region=eu,day=1,bucket=x", "region=%zz,day=1,bucket=0001", "region=eu,day=1,bucket=1"],
+    [
+        "region=eu",
+        "region=eu,day=1",
+        "day=1,region=eu,bucket=0001",
+        "region=eu,day=1,bucket=16",
+        "region=eu,day=1,bucket=x",
+        "region=%zz,day=1,bucket=0001",
+        "region=eu,day=1,bucket=1",
+    ],
 )
 def test_malformed_descriptors_are_refused(desc):
     with pytest.raises(InvalidPartitionError):

@@ -18,8 +18,15 @@ class FakeTime:
 
 def test_attempts_are_bounded_and_backoff_grows_with_jitter():
     t = FakeTime()
-    policy = RetryPolicy(attempts=5, base_delay=0.1, max_delay=10, deadline=100,
-                         clock=t.clock, sleep=t.sleep, rand=lambda: 1.0)
+    policy = RetryPolicy(
+        attempts=5,
+        base_delay=0.1,
+        max_delay=10,
+        deadline=100,
+        clock=t.clock,
+        sleep=t.sleep,
+        rand=lambda: 1.0,
+    )
     assert list(policy.attempts_iter()) == [1, 2, 3, 4, 5]
     assert t.sleeps == [0.1, 0.2, 0.4, 0.8]
 
@@ -31,8 +38,15 @@ def test_jitter_stays_below_the_ceiling():
 
 def test_deadline_stops_retrying_early():
     t = FakeTime()
-    policy = RetryPolicy(attempts=100, base_delay=1, max_delay=1, deadline=3.5,
-                         clock=t.clock, sleep=t.sleep, rand=lambda: 1.0)
+    policy = RetryPolicy(
+        attempts=100,
+        base_delay=1,
+        max_delay=1,
+        deadline=3.5,
+        clock=t.clock,
+        sleep=t.sleep,
+        rand=lambda: 1.0,
+    )
     assert list(policy.attempts_iter()) == [1, 2, 3, 4]
 
 

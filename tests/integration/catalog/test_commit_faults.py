@@ -1,0 +1,155 @@
+"""Faults the commit protocol must survive without losing or duplicating a commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+from catalog import Catalog, CommitOp, IdempotencyKey, RetryPolicy, StoreSettings
+from jobs.localpg import LocalPostgres
+from tests.fixtures.commits import adds, file_names
+from tests.fixtures.faultproxy import FaultProxy
+
+pytestmark = pytest.mark.integration
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+PATIENT = RetryPolicy(attempts=40, base_delay=0.02, max_delay=0.5, deadline=60)
+
+
+def dbname(dsn: str) -> str:
+    return dsn.rsplit("/", 1)[1]
+
+
+@pytest.fixture
+def proxy(pg_server: LocalPostgres):
+    fault_proxy = FaultProxy(pg_server.port)
+    yield fault_proxy
+    fault_proxy.close()
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["commit-landed", "commit-lost"])
+def test_connection_dies_during_commit(catalog_dsn, warehouse, proxy, delivered):
+    """COMMIT sent, connection cut before the answer: resolved by key, exactly one commit."""
+    cat = Catalog.connect(proxy.dsn(dbname(catalog_dsn)), warehouse=warehouse, retry=PATIENT)
+    table = cat.create_table("logs.events", SCHEMA)
+    table.commit(CommitOp.APPEND, [adds("", "before")])
+    rule = proxy.cut_commit_after(b"INSERT INTO commit_key", deliver_commit=delivered)
+    key = IdempotencyKey(writer_id="job-1", batch_id=7)
+
+    result = table.commit(CommitOp.APPEND, [adds("", "batch7")], key=key)
+
+    assert rule.fired
+    assert result.version_of("logs.events") == 2
+    assert file_names(table.plan().files) == ["before", "batch7"]
+    assert [v.version for v in table.history()] == [2, 1]
+    assert cat.resolve_commit("job-1", 7).commit_id == result.commit_id
+    cat.close()
+
+
+def test_replayed_batch_returns_the_first_commit(catalog: Catalog):
+    table = catalog.create_table("logs.events", SCHEMA)
+    key = IdempotencyKey(writer_id="job-1", batch_id=1)
+    first = table.commit(CommitOp.APPEND, [adds("", "a")], key=key, source_offsets={"t": {"0": 5}})
+    again = table.commit(CommitOp.APPEND, [adds("", "a-recomputed")], key=key)
+    assert again.replayed and again.commit_id == first.commit_id
+    assert file_names(table.plan().files) == ["a"]
+    progress = catalog.writer_progress("job-1")
+    assert progress.batch_id == 1 and progress.source_offsets == {"t": {"0": 5}}
+
+
+CRASH_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, uuid
+    from catalog import Catalog, CommitOp, CommitRequest, TableCommit, IdempotencyKey
+    from catalog.committer import Committer
+    from tests.fixtures.commits import adds
+
+    class DiesBeforePublishing(Committer):
+        def _publish(self, request, metas, commit_id):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    cat = Catalog.connect(sys.argv[1])
+    cat._committer = DiesBeforePublishing(cat.store, cat._committer._policy)
+    cat.commit(CommitRequest(
+        tables=(TableCommit(table="logs.events", op=CommitOp.APPEND,
+                            partitions=(adds("", "orphan"),)),),
+        key=IdempotencyKey(writer_id="crashy", batch_id=1)))
+""")
+
+
+def test_writer_killed_between_commit_rows_and_publishing(catalog: Catalog, catalog_dsn):
+    table = catalog.create_table("logs.events", SCHEMA)
+    table.commit(CommitOp.APPEND, [adds("", "kept")])
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_SCRIPT, catalog_dsn],
+        cwd=Path(__file__).parents[3],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+
+    assert table.current_version() == 1
+    assert file_names(table.plan().files) == ["kept"]
+    assert catalog.resolve_commit("crashy", 1) is None
+    leftovers = catalog.leftovers(older_than=dt.timedelta(0))
+    assert [lo.paths for lo in leftovers] == [("orphan.parquet",)]
+    assert leftovers[0].reason == "commit never published"
+    # the table is not blocked: the next writer commits normally
+    table.commit(CommitOp.APPEND, [adds("", "next")])
+    assert file_names(table.plan().files) == ["kept", "next"]
+
+
+def test_writer_killed_inside_the_publish_transaction_releases_the_table(catalog, catalog_dsn):
+    """A backend holding the head lock dies: PostgreSQL rolls back, the next commit proceeds."""
+    table = catalog.create_table("logs.events", SCHEMA)
+    holder = psycopg.connect(catalog_dsn)
+    holder.execute(
+        "SELECT version FROM table_head WHERE table_id = %s FOR UPDATE", (table.meta.table_id,)
+    )
+    done = threading.Event()
+    threading.Thread(
+        target=lambda: (table.commit(CommitOp.APPEND, [adds("", "x")]), done.set())
+    ).start()
+    assert not done.wait(0.5)  # blocked behind the lock holder
+    with psycopg.connect(catalog_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (holder.info.backend_pid,))
+    assert done.wait(10)
+    holder.close()
+    assert file_names(table.plan().files) == ["x"]
+
+
+def test_database_restart_loses_and_duplicates_nothing(pg_server, catalog_dsn, warehouse):
+    cat = Catalog.connect(
+        catalog_dsn, warehouse=warehouse, retry=PATIENT, settings=StoreSettings(pool_size=2)
+    )
+    table = cat.create_table("logs.events", SCHEMA)
+    errors: list[BaseException] = []
+
+    def writer():
+        try:
+            for batch in range(60):
+                table.commit(
+                    CommitOp.APPEND,
+                    [adds("", f"b{batch}")],
+                    key=IdempotencyKey(writer_id="w", batch_id=batch),
+                )
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while table.current_version() < 20:
+        pass
+    pg_server.restart()
+    thread.join(120)
+    assert not errors
+    assert sorted(file_names(table.plan().files)) == sorted(f"b{i}" for i in range(60))
+    assert [v.version for v in table.history(limit=1000)] == list(range(60, 0, -1))
+    cat.close()
