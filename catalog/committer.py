@@ -225,6 +225,7 @@ class _Publication:
         locked, now = self._lock()
         previous = _find_key(self.conn, self.request.key)
         if previous is not None:
+            self._check_same_tables(previous)
             return previous.model_copy(update={"replayed": True})
         committed_at = max([now, *(t.committed_at + _ONE_MICROSECOND for t in locked.values())])
         plans = {
@@ -243,6 +244,18 @@ class _Publication:
         )
         self._record_key(result)
         return result
+
+    def _check_same_tables(self, previous: CommitResult) -> None:
+        """A replay is the same batch only if it went to the same tables (same incarnations)."""
+        mine = {self.metas[tc.table].table_id for tc in self.request.tables}
+        theirs = {t.table_id for t in previous.tables}
+        if mine != theirs:
+            key = self.request.key
+            raise CommitRejected(
+                f"writer {key.writer_id!r} batch {key.batch_id} was already committed to other "
+                f"tables ({', '.join(sorted(t.table for t in previous.tables))}); a writer id "
+                "must not be reused for different tables or for a recreated table"
+            )
 
     def _lock(self) -> tuple[dict[uuid.UUID, _LockedTable], dt.datetime]:
         table_ids = sorted(self.metas[tc.table].table_id for tc in self.request.tables)

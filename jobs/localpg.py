@@ -119,8 +119,18 @@ class LocalPostgres:
             return
         if self.run_as:
             _chown_tree(self.data_dir, self.run_as)
-        self._run(str(self.bin_dir / "initdb"), "-D", str(pgdata), "-U", "postgres",
-                  "-A", "trust", "-E", "UTF8", "--no-sync")
+        self._run(
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(pgdata),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         with (pgdata / "postgresql.conf").open("a") as conf:
             for key, value in _SERVER_SETTINGS.items():
                 conf.write(f"{key} = '{value}'\n")

@@ -13,7 +13,14 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, CommitOp, IdempotencyKey, RetryPolicy, StoreSettings
+from catalog import (
+    Catalog,
+    CommitOp,
+    CommitRejected,
+    IdempotencyKey,
+    RetryPolicy,
+    StoreSettings,
+)
 from jobs.localpg import LocalPostgres
 from tests.fixtures.commits import adds, file_names
 from tests.fixtures.faultproxy import FaultProxy
@@ -62,6 +69,17 @@ def test_replayed_batch_returns_the_first_commit(catalog: Catalog):
     assert file_names(table.plan().files) == ["a"]
     progress = catalog.writer_progress("job-1")
     assert progress.batch_id == 1 and progress.source_offsets == {"t": {"0": 5}}
+
+
+def test_a_key_reused_for_another_table_is_refused(catalog: Catalog):
+    old = catalog.create_table("logs.events", SCHEMA)
+    key = IdempotencyKey(writer_id="job-1", batch_id=1)
+    old.commit(CommitOp.APPEND, [adds("", "a")], key=key)
+    catalog.drop_table("logs.events")
+    new = catalog.create_table("logs.events", SCHEMA)
+    with pytest.raises(CommitRejected, match="already committed to other tables"):
+        new.commit(CommitOp.APPEND, [adds("", "b")], key=key)
+    assert new.current_version() == 0
 
 
 CRASH_SCRIPT = textwrap.dedent("""

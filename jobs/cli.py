@@ -1,0 +1,140 @@
+"""The ``lakestream`` command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from catalog import Catalog, CatalogError
+from jobs.logs import configure_logging
+from jobs.settings import CatalogSettings, redact_dsn
+
+T = TypeVar("T")
+app = typer.Typer(
+    no_args_is_help=True, help="lakestream: streaming ingestion into lakehouse tables"
+)
+catalog_app = typer.Typer(no_args_is_help=True, help="Create and migrate the catalog database.")
+tables_app = typer.Typer(no_args_is_help=True, help="Inspect tables.")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(tables_app, name="tables")
+
+DsnOption = Annotated[
+    str | None,
+    typer.Option("--dsn", help="catalog PostgreSQL DSN (default: $LAKESTREAM_CATALOG_DSN)"),
+]
+WarehouseOption = Annotated[
+    Path | None,
+    typer.Option("--warehouse", help="root of table data (default: $LAKESTREAM_WAREHOUSE)"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def _connect(dsn: str | None, warehouse: Path | None = None) -> Catalog:
+    settings = CatalogSettings()
+    configure_logging(settings.log_level)
+    target = dsn or settings.dsn()
+    try:
+        return Catalog.connect(target, warehouse=warehouse or settings.warehouse)
+    except CatalogError as exc:
+        typer.echo(f"cannot open catalog at {redact_dsn(target)}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@catalog_app.command("init")
+def catalog_init(dsn: DsnOption = None, warehouse: WarehouseOption = None) -> None:
+    """Create or migrate the catalog schema (safe to run again, and from many hosts at once)."""
+    with _connect(dsn, warehouse) as cat:
+        typer.echo(
+            f"catalog ready at {redact_dsn(dsn or CatalogSettings().dsn())}; "
+            f"warehouse {cat.warehouse or '(not set)'}"
+        )
+
+
+@tables_app.command("list")
+def tables_list(
+    namespace: Annotated[str | None, typer.Argument()] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List live tables, optionally of one namespace."""
+    with _connect(dsn) as cat:
+        names = cat.list_tables(namespace)
+    typer.echo(json.dumps(names) if as_json else "\n".join(names))
+
+
+@tables_app.command("describe")
+def tables_describe(table: str, dsn: DsnOption = None) -> None:
+    """Schema, keys, partitioning, location, properties and current version of a table."""
+    with _connect(dsn) as cat:
+        info = _guard(lambda: cat.load_table(table).describe())
+    typer.echo(json.dumps(info, indent=2, default=str))
+
+
+@tables_app.command("history")
+def tables_history(
+    table: str, limit: int = 20, dsn: DsnOption = None, as_json: JsonOption = False
+) -> None:
+    """Versions of a table, newest first: op, time, writer/batch, files and rows."""
+    with _connect(dsn) as cat:
+        versions = _guard(lambda: cat.load_table(table).history(limit=limit))
+    rows = [
+        {
+            "version": v.version,
+            "op": v.op.value,
+            "committed_at": v.committed_at.isoformat(),
+            "writer": v.writer_id,
+            "batch": v.batch_id,
+            **v.summary,
+        }
+        for v in versions
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2, default=str))
+        return
+    typer.echo(
+        f"{'version':>8} {'op':<10} {'committed_at':<32} {'files+':>6} {'files-':>6} "
+        f"{'rows+':>10}  writer/batch"
+    )
+    for r in rows:
+        typer.echo(
+            f"{r['version']:>8} {r['op']:<10} {r['committed_at']:<32} "
+            f"{r.get('files_added', 0):>6} {r.get('files_removed', 0):>6} "
+            f"{r.get('rows_added', 0):>10}  {r['writer']}/{r['batch']}"
+        )
+
+
+def _guard(action: Callable[[], T]) -> T:
+    """Run a catalog action; a catalog error becomes a one-line message and exit code 1."""
+    try:
+        return action()
+    except CatalogError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@app.command("demo")
+def demo(
+    home: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path(".lakestream"),
+    writers: int = 4,
+    batches: int = 25,
+    keep_server: Annotated[bool, typer.Option(help="leave PostgreSQL running")] = False,
+) -> None:
+    """Run the quickstart on embedded defaults: local PostgreSQL, concurrent writers, compaction."""
+    from jobs.demo import DemoConfig, run_demo
+
+    configure_logging(CatalogSettings().log_level)
+    run_demo(
+        DemoConfig(home=home.resolve(), writers=writers, batches=batches, keep_server=keep_server)
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
