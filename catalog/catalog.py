@@ -83,6 +83,7 @@ class WriterProgress:
     commit_id: uuid.UUID
     source_offsets: Any
     updated_at: dt.datetime
+    table_ids: list[uuid.UUID]
 
 
 @dataclass(frozen=True)

@@ -506,6 +506,7 @@ class _Publication:
             "source_offsets": Jsonb(self.request.source_offsets)
             if self.request.source_offsets is not None
             else None,
+            "table_ids": sorted(t.table_id for t in result.tables),
         }
         self.conn.execute(query("insert_commit_key"), params)
         self.conn.execute(query("upsert_writer_progress"), params)

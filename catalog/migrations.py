@@ -49,8 +49,8 @@ def applied(conn: psycopg.Connection[Any]) -> list[int]:
         return [int(row[0]) for row in cur.fetchall()]
 
 
-def migrate(conn: psycopg.Connection[Any]) -> list[int]:
-    """Bring the catalog schema up to date; return the numbers applied by this call."""
+def migrate(conn: psycopg.Connection[Any], target: int | None = None) -> list[int]:
+    """Bring the catalog schema up to date (or to ``target``); return the numbers applied."""
     if not conn.autocommit:
         raise ValueError("migrate() needs an autocommit connection")
     conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
@@ -58,7 +58,7 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
         done = set(applied(conn))
         newly = []
         for migration in available():
-            if migration.number in done:
+            if migration.number in done or (target is not None and migration.number > target):
                 continue
             with conn.transaction():
                 conn.execute(migration.sql)  # our own package file

@@ -109,15 +109,19 @@ INSERT INTO commit_key (writer_id, batch_id, commit_id, committed_at, result)
 VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(committed_at)s, %(result)s)
 
 -- name: upsert_writer_progress
-INSERT INTO writer_progress (writer_id, batch_id, commit_id, source_offsets, updated_at)
-VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(source_offsets)s, %(committed_at)s)
+INSERT INTO writer_progress (writer_id, batch_id, commit_id, source_offsets, updated_at,
+                             table_ids)
+VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(source_offsets)s, %(committed_at)s,
+        %(table_ids)s)
 ON CONFLICT (writer_id) DO UPDATE
 SET batch_id = excluded.batch_id, commit_id = excluded.commit_id,
-    source_offsets = excluded.source_offsets, updated_at = excluded.updated_at
+    source_offsets = excluded.source_offsets, updated_at = excluded.updated_at,
+    table_ids = excluded.table_ids
 WHERE writer_progress.batch_id <= excluded.batch_id
 
 -- name: writer_progress
-SELECT writer_id, batch_id, commit_id, source_offsets, updated_at FROM writer_progress
+SELECT writer_id, batch_id, commit_id, source_offsets, updated_at, table_ids
+FROM writer_progress
 WHERE writer_id = %(writer_id)s
 
 -- name: insert_cleanup_files

@@ -69,6 +69,7 @@ def test_replayed_batch_returns_the_first_commit(catalog: Catalog):
     assert file_names(table.plan().files) == ["a"]
     progress = catalog.writer_progress("job-1")
     assert progress.batch_id == 1 and progress.source_offsets == {"t": {"0": 5}}
+    assert progress.table_ids == [table.meta.table_id]
 
 
 def test_a_key_reused_for_another_table_is_refused(catalog: Catalog):
