@@ -1,0 +1,65 @@
+"""Parquet data-file IO of lakestream tables, independent of any engine.
+
+* :mod:`~catalog.files.bucketing` - primary key -> hash bucket (Iceberg's murmur3 bucket hash).
+* :mod:`~catalog.files.layout` - where files live under a table location.
+* :mod:`~catalog.files.writer` - write Arrow data as Parquet files described as DataFiles;
+  prepare the content of a CDC merge-run file.
+* :mod:`~catalog.files.stats` - column statistics and their JSON-safe encoding.
+* :mod:`~catalog.files.reader` - plain scans and merge-on-read of a CDC bucket.
+* :mod:`~catalog.files.merge` - the vectorised "last change per key wins" kernel.
+* :mod:`~catalog.files.evolution` - schema change rules, reading old files under a new schema.
+* :mod:`~catalog.files.pruning` - simple predicates and file pruning by statistics.
+"""
+
+from catalog.files.bucketing import bucket_ids, key_hashes, split_by_bucket
+from catalog.files.evolution import (
+    Change,
+    ChangeKind,
+    align_to_schema,
+    check_evolution,
+    is_widening,
+    require_allowed,
+)
+from catalog.files.layout import new_data_file_path, partition_path
+from catalog.files.merge import last_change_per_key, merge_runs
+from catalog.files.pruning import Predicate, may_contain, may_match, to_expression
+from catalog.files.reader import RowFilter, read_files, read_merged
+from catalog.files.stats import column_stats, decode_stat, encode_stat
+from catalog.files.writer import (
+    WriteOptions,
+    prepare_merge_run,
+    write_data_file,
+    write_data_files,
+    write_merge_run,
+)
+
+__all__ = [
+    "Change",
+    "ChangeKind",
+    "Predicate",
+    "RowFilter",
+    "WriteOptions",
+    "align_to_schema",
+    "bucket_ids",
+    "check_evolution",
+    "column_stats",
+    "decode_stat",
+    "encode_stat",
+    "is_widening",
+    "key_hashes",
+    "last_change_per_key",
+    "may_contain",
+    "may_match",
+    "merge_runs",
+    "new_data_file_path",
+    "partition_path",
+    "prepare_merge_run",
+    "read_files",
+    "read_merged",
+    "require_allowed",
+    "split_by_bucket",
+    "to_expression",
+    "write_data_file",
+    "write_data_files",
+    "write_merge_run",
+]

@@ -1,0 +1,145 @@
+"""The merge kernel of CDC tables: which change of each key wins.
+
+Used twice: by the writer to reduce one input batch to one change per key
+(:func:`catalog.files.writer.prepare_merge_run`) and by the reader to merge a bucket's runs
+(:func:`merge_runs`, :func:`catalog.files.reader.read_merged`).
+
+Algorithm (vectorised, no per-row Python): the rows of all runs are laid end to end, oldest run
+first, and sorted by ``(primary key..., sequence)`` with Arrow's *stable* sort, so rows that tie
+keep their run order. After the sort the winner of each key is the last row of its group of equal
+keys: a row is a winner when its key differs from the next row's key (one vectorised comparison
+per key column). So the newest run wins, or with a sequence column the highest sequence value,
+ties going to the newer run. Deleted keys are then dropped by their row kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.model import ROW_KIND_COLUMN, ROW_KIND_UPSERT
+
+Indices = npt.NDArray[np.int64]
+
+
+def _sort_spec(primary_key: Sequence[str], sequence_column: str | None) -> list[tuple[str, str]]:
+    columns = list(primary_key)
+    if sequence_column is not None and sequence_column not in columns:
+        columns.append(sequence_column)
+    return [(c, "ascending") for c in columns]
+
+
+def _key_changes(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    """``out[i]`` is True when sorted row ``i + 1`` holds a different value from row ``i``."""
+    n = len(column)
+    different = pc.not_equal(column.slice(1), column.slice(0, n - 1))
+    return np.asarray(different.to_numpy(zero_copy_only=False), dtype=np.bool_)
+
+
+def _as_int64(column: pa.ChunkedArray) -> npt.NDArray[np.int64] | None:
+    """The values of an integer or temporal column as int64 numbers, or None for other types."""
+    t = column.type
+    if not (pa.types.is_integer(t) or pa.types.is_temporal(t)) or pa.types.is_uint64(t):
+        return None
+    if pa.types.is_duration(t) or pa.types.is_interval(t):
+        return None
+    storage = pa.int64() if t.bit_width == 64 else pa.int32()
+    values = column.cast(storage) if not pa.types.is_integer(t) else column
+    return np.asarray(values.to_numpy(), dtype=np.int64)
+
+
+def _fast_order(keys: pa.Table, spec: list[tuple[str, str]]) -> tuple[Indices, Indices] | None:
+    """numpy's stable sort for one integer-like key (+ integer-like sequence); None otherwise.
+
+    Concatenated runs are sorted stretches, which numpy's stable sort (timsort / radix sort)
+    merges in about linear time: about twice as fast as a general multi-type sort.
+    """
+    if len(spec) > 2:
+        return None
+    columns = [c for c in (_as_int64(keys.column(name)) for name, _ in spec) if c is not None]
+    if len(columns) != len(spec):
+        return None
+    key = columns[0]
+    # lexsort sorts by the last key first: (key, sequence), both stable.
+    order = np.argsort(key, kind="stable") if len(columns) == 1 else np.lexsort((columns[1], key))
+    return np.asarray(order, dtype=np.int64), key[order]
+
+
+def last_change_per_key(
+    data: pa.Table, primary_key: Sequence[str], sequence_column: str | None = None
+) -> Indices:
+    """Row indices of ``data`` holding the winning change of each key, in ascending key order.
+
+    Rows are ordered oldest to newest; the winner of a key is its row with the highest sequence
+    value when ``sequence_column`` is given, the latest row among those that tie (or the latest
+    row overall without a sequence column). Key and sequence values must not be null.
+    """
+    spec = _sort_spec(primary_key, sequence_column)
+    keys = data.select([c for c, _ in spec])
+    n = keys.num_rows
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    last = np.ones(n, dtype=np.bool_)
+    fast = _fast_order(keys, spec) if len(primary_key) == 1 else None
+    if fast is not None:
+        positions, sorted_key = fast
+        last[:-1] = sorted_key[1:] != sorted_key[:-1]
+        return positions[last]
+    order = pc.sort_indices(keys, sort_keys=spec)
+    changed = np.zeros(n - 1, dtype=np.bool_)
+    for column in primary_key:
+        changed |= _key_changes(keys.column(column).take(order))
+    last[:-1] = changed
+    sorted_rows: Indices = np.asarray(order.to_numpy(), dtype=np.int64)
+    return sorted_rows[last]
+
+
+def _upserts(data: pa.Table, winners: Indices) -> Indices:
+    kinds = np.asarray(data.column(ROW_KIND_COLUMN).to_numpy(), dtype=np.int8)
+    upsert: npt.NDArray[np.bool_] = kinds[winners] == ROW_KIND_UPSERT
+    return winners[upsert]
+
+
+def _filter_runs(runs: Sequence[pa.Table], keep: npt.NDArray[np.bool_]) -> pa.Table:
+    """Each run's kept rows, run by run; runs kept whole are not copied."""
+    pieces: list[pa.Table] = []
+    start = 0
+    for run in runs:
+        mask = keep[start : start + run.num_rows]
+        start += run.num_rows
+        if mask.all():
+            pieces.append(run)
+        elif mask.any():
+            pieces.append(run.filter(pa.array(mask)))
+    return pa.concat_tables(pieces) if pieces else runs[0].slice(0, 0)
+
+
+def merge_runs(
+    runs: Sequence[pa.Table],
+    primary_key: Sequence[str],
+    sequence_column: str | None = None,
+    *,
+    keep_deletes: bool = False,
+    ordered: bool = False,
+) -> pa.Table:
+    """Merge the runs of one bucket (oldest first, same schema, each with the row-kind column).
+
+    The result holds the winning change of every key; deleted keys are removed unless
+    ``keep_deletes`` (then a winning delete stays, with its row kind, e.g. for a compaction that
+    does not include the bucket's oldest file). With ``ordered`` the rows come in ascending key
+    order (one gather over all columns); otherwise, cheaper, each run's surviving rows come in
+    run order, still sorted by key within a run.
+    """
+    data = pa.concat_tables(runs)
+    winners = last_change_per_key(data, primary_key, sequence_column)
+    if not keep_deletes:
+        winners = _upserts(data, winners)
+    if ordered:
+        return data.take(pa.array(winners))
+    keep = np.zeros(data.num_rows, dtype=np.bool_)
+    keep[winners] = True
+    return _filter_runs(runs, keep)
