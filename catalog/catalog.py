@@ -9,13 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import structlog
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
@@ -24,6 +25,8 @@ from catalog import schemas
 from catalog.committer import Committer
 from catalog.errors import (
     CatalogError,
+    CommitConflict,
+    ConflictKind,
     InvalidNameError,
     NamespaceNotEmptyError,
     SchemaError,
@@ -31,6 +34,7 @@ from catalog.errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
+from catalog.files.writer import WriteOptions
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
 from catalog.model import (
     UNAWARE_BUCKET,
@@ -46,8 +50,19 @@ from catalog.partitioning import PartitionSpec
 from catalog.planning import PartitionFilter, ScanPlan, plan_scan
 from catalog.queries import query
 from catalog.retry import RetryPolicy
+from catalog.scan import FilterSpec, Scan, ScanFilter
+from catalog.schema_changes import plan_schema_change, record_schema
 from catalog.snapshots import all_partition_heads, load_snapshots, partition_heads
 from catalog.store import PgStore, StoreSettings, translate_errors
+from catalog.writes import (
+    DEFAULT_WRITE_OPTIONS,
+    conform,
+    deletes,
+    key_and_partition_columns,
+    stage_append,
+    stage_changes,
+    upserts,
+)
 
 log = structlog.get_logger("lakestream.catalog")
 
@@ -476,6 +491,190 @@ class Table:
             source_offsets=source_offsets,
         )
         return self.catalog.commit(request, known={self.name: self.meta})
+
+    # -- data -------------------------------------------------------------------------------
+
+    def scan(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: FilterSpec = None,
+        version: int | None = None,
+        as_of: dt.datetime | None = None,
+    ) -> Scan:
+        """Read the table at the latest version, a version, or a point in time.
+
+        ``filter`` takes predicates such as ``[("region", "=", "eu"), ("id", ">", 10)]``
+        (they prune partitions, buckets and files) or a ``pyarrow.compute`` expression.
+        """
+        self.refresh()
+        return Scan(
+            self.meta, self.plan(version=version, as_of=as_of), columns, ScanFilter.of(filter)
+        )
+
+    def append(
+        self,
+        data: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult:
+        """Append rows to an append table: files near the target size, one append commit."""
+        self.refresh()
+        return self._commit_rebasing(
+            lambda base: stage_append(self.meta, data, options or DEFAULT_WRITE_OPTIONS, base),
+            key,
+            depends_on_state=False,
+        )
+
+    def upsert(
+        self,
+        data: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult:
+        """Insert or replace rows by primary key: one sorted run per touched bucket."""
+        self.refresh()
+        moves = not set(self.meta.spec.columns) <= set(self.meta.primary_key)
+
+        def stage(base: int) -> TableCommit:
+            changes = upserts(self.meta, data)
+            if moves:  # a key whose partition value changed leaves its old partition
+                changes = pa.concat_tables([changes, self._moved_key_deletes(changes, base)])
+            return stage_changes(self.meta, changes, options or DEFAULT_WRITE_OPTIONS, base)
+
+        return self._commit_rebasing(stage, key, depends_on_state=moves)
+
+    def delete(
+        self,
+        keys: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult:
+        """Delete rows by primary key; partition columns are looked up when not given."""
+        self.refresh()
+        lookup = not set(self.meta.spec.columns) <= set(keys.column_names)
+
+        def stage(base: int) -> TableCommit:
+            located = self._locate(keys, base) if lookup else keys
+            return stage_changes(
+                self.meta, deletes(self.meta, located), options or DEFAULT_WRITE_OPTIONS, base
+            )
+
+        return self._commit_rebasing(stage, key, depends_on_state=lookup)
+
+    def _commit_rebasing(
+        self,
+        stage: Callable[[int], TableCommit],
+        key: IdempotencyKey | None,
+        *,
+        depends_on_state: bool,
+        attempts: int = 5,
+    ) -> CommitResult:
+        """Commit, and on a concurrent-write conflict rebase: re-stage only if the written
+        content depended on the table's state (a key lookup); otherwise the same files land on
+        the new version, which is what re-running the write would produce."""
+        base = self.current_version()
+        commit = stage(base)
+        for attempt in range(1, attempts + 1):
+            request = CommitRequest(tables=(commit,), key=key or IdempotencyKey.anonymous())
+            try:
+                return self.catalog.commit(request, known={self.name: self.meta})
+            except CommitConflict as exc:
+                if exc.kind is not ConflictKind.CONCURRENT_WRITE or attempt == attempts:
+                    raise
+                base = self.current_version()
+                commit = (
+                    stage(base)
+                    if depends_on_state
+                    else commit.model_copy(update={"base_version": base})
+                )
+        raise AssertionError("unreachable")
+
+    def _locate(self, keys: pa.Table, version: int) -> pa.Table:
+        """The given keys as they exist at ``version``, with their partition columns."""
+        pk = list(self.meta.primary_key)
+        missing = [c for c in pk if c not in keys.column_names]
+        if missing:
+            raise SchemaError(
+                f"deletes need key column {missing[0]!r}", table=self.name, column=missing[0]
+            )
+        wanted = conform(self.meta, keys.select(pk), keys_only=True)
+        columns = key_and_partition_columns(self.meta)
+        if wanted.num_rows == 0:
+            return pa.schema([self.meta.schema.field(c) for c in columns]).empty_table()
+        found = Scan(
+            self.meta,
+            self.plan(version=version),
+            columns,
+            ScanFilter.of([(pk[0], "in", pc.unique(wanted.column(pk[0])).to_pylist())]),
+        ).to_arrow()
+        return found.join(wanted, keys=pk, join_type="inner")
+
+    def _moved_key_deletes(self, changes: pa.Table, version: int) -> pa.Table:
+        pk = list(self.meta.primary_key)
+        parts = [c for c in self.meta.spec.columns if c not in pk]
+        located = self._locate(changes.select(pk), version)
+        if located.num_rows == 0:
+            return deletes(self.meta, located)
+        new = changes.select([*pk, *parts]).rename_columns([*pk, *(f"__new_{c}" for c in parts)])
+        joined = located.join(new, keys=pk, join_type="inner")
+        moved = None
+        for column in parts:
+            old_v, new_v = joined.column(column), joined.column(f"__new_{column}")
+            differs = pc.fill_null(
+                pc.not_equal(old_v, new_v), pc.xor(pc.is_null(old_v), pc.is_null(new_v))
+            )
+            moved = differs if moved is None else pc.or_(moved, differs)
+        return deletes(self.meta, joined.filter(moved).select([*pk, *parts]))
+
+    def evolve_schema(self, new_schema: pa.Schema, *, allow_drop: bool = False) -> Table:
+        """Change the schema: add nullable columns, widen types, drop (if allowed) columns.
+
+        Files written under older schemas read under the new one (added columns null, widened
+        types cast). An incompatible change raises :class:`SchemaError` naming the column.
+        """
+        for _ in range(5):
+            self.refresh()
+            target = plan_schema_change(self.meta, new_schema, allow_drop=allow_drop)
+            if target is None:
+                return self
+            with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
+                conn.execute(query("lock_tables"), {"table_ids": [self.meta.table_id]})
+                new_id = record_schema(
+                    conn, self.meta.table_id, self.meta.current_schema_id, target
+                )
+            if new_id is not None:
+                log.info("schema_changed", table=self.name, schema_id=new_id)
+                return self.refresh()
+        raise CatalogError(f"the schema of {self.name} kept changing; try again")
+
+    def add_column(self, name: str, arrow_type: pa.DataType) -> Table:
+        """Add a nullable column (old rows read it as null)."""
+        self.refresh()
+        return self.evolve_schema(self.schema.append(pa.field(name, arrow_type, nullable=True)))
+
+    def widen_column(self, name: str, arrow_type: pa.DataType) -> Table:
+        """Widen a column's type (int32 -> int64, float32 -> float64, larger decimal, ...)."""
+        self.refresh()
+        index = self.schema.get_field_index(name)
+        if index < 0:
+            raise SchemaError(
+                f"column {name!r} is not in {self.name}", table=self.name, column=name
+            )
+        field = self.schema.field(index)
+        return self.evolve_schema(self.schema.set(index, field.with_type(arrow_type)))
+
+    def drop_column(self, name: str) -> Table:
+        """Drop a column (its name can never be reused in this table)."""
+        self.refresh()
+        index = self.schema.get_field_index(name)
+        if index < 0:
+            raise SchemaError(
+                f"column {name!r} is not in {self.name}", table=self.name, column=name
+            )
+        return self.evolve_schema(self.schema.remove(index), allow_drop=True)
 
     def describe(self) -> dict[str, Any]:
         meta = self.meta

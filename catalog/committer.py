@@ -116,6 +116,11 @@ class Committer:
                 self._prepare(request, metas, commit_id)
                 result = self._publish(request, metas, commit_id)
                 return result.model_copy(update={"attempts": attempt})
+            except (CommitConflict, CommitRejected):
+                # definitely not landed: the caller may commit the same files again, so the
+                # prepared rows must not survive to call them leftovers
+                self._forget_prepared(request, metas, commit_id)
+                raise
             except _CommitSent as exc:
                 unknown, last_error = True, exc.cause
                 found = self._resolve_after_failure(request, metas)
@@ -155,6 +160,21 @@ class Committer:
                         "ops": [_ops_json(p) for p in tc.partitions],
                     },
                 )
+
+    def _forget_prepared(
+        self, request: CommitRequest, metas: Mapping[str, TableMeta], commit_id: uuid.UUID
+    ) -> None:
+        try:
+            with self._store.connection() as conn, translate_errors(), conn.transaction():
+                conn.execute(
+                    query("forget_prepared"),
+                    {
+                        "table_ids": [metas[tc.table].table_id for tc in request.tables],
+                        "commit_id": commit_id,
+                    },
+                )
+        except TransientStoreError as exc:  # harmless: the rows stay and name unreferenced files
+            log.warning("forget_prepared_failed", commit_id=str(commit_id), error=str(exc))
 
     # -- publish -----------------------------------------------------------------------------
 
@@ -484,6 +504,15 @@ class _Publication:
     def _record_discarded(self, meta: TableMeta, discarded: Sequence[_PartitionPlan]) -> None:
         """A discarded commit's new files are never referenced: queue them for cleanup."""
         paths = [f.path for p in discarded for f in p.commit.added]
+        if discarded:  # the cleanup rows below replace the prepared ones
+            self.conn.execute(
+                query("forget_partitions"),
+                {
+                    "table_id": meta.table_id,
+                    "commit_id": self.commit_id,
+                    "descs": [p.commit.partition_desc for p in discarded],
+                },
+            )
         if paths:
             self.conn.execute(
                 query("insert_cleanup_files"),

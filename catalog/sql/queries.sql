@@ -78,6 +78,14 @@ UPDATE data_commit_info SET file_ops = %(file_ops)s::jsonb
 WHERE table_id = %(table_id)s AND partition_desc = %(partition_desc)s
   AND commit_id = %(commit_id)s
 
+-- name: forget_prepared
+DELETE FROM data_commit_info
+WHERE table_id = ANY(%(table_ids)s) AND commit_id = %(commit_id)s AND NOT committed
+
+-- name: forget_partitions
+DELETE FROM data_commit_info
+WHERE table_id = %(table_id)s AND commit_id = %(commit_id)s AND partition_desc = ANY(%(descs)s)
+
 -- name: mark_committed
 UPDATE data_commit_info SET committed = true
 WHERE table_id = %(table_id)s AND partition_desc = ANY(%(descs)s) AND commit_id = %(commit_id)s

@@ -1,0 +1,154 @@
+"""Reading a table version as Arrow: partition and bucket pruning, then plain or merged reads.
+
+A filter is a list of simple predicates (``("region", "=", "eu")`` or
+:class:`~catalog.files.pruning.Predicate`), which prune partitions, buckets and files, or a
+``pyarrow.compute`` expression, which filters rows (pyarrow cannot take an expression apart, so
+it prunes nothing). Predicates on non-key columns are applied after merge-on-read, so they never
+bring back an older version of a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.errors import SchemaError
+from catalog.files.bucketing import bucket_ids
+from catalog.files.pruning import Predicate, may_match
+from catalog.files.reader import read_files, read_merged
+from catalog.files.stats import encode_stat
+from catalog.meta import TableMeta
+from catalog.model import ColumnStats
+from catalog.partitioning import typed_value
+from catalog.planning import PartitionScan, ScanPlan
+
+FilterSpec: TypeAlias = pc.Expression | Sequence[Predicate | tuple[str, str, object]] | None
+
+
+@dataclass(frozen=True)
+class ScanFilter:
+    predicates: tuple[Predicate, ...] = ()
+    expression: pc.Expression | None = None
+
+    @classmethod
+    def of(cls, spec: FilterSpec) -> ScanFilter:
+        if spec is None:
+            return cls()
+        if isinstance(spec, pc.Expression):
+            return cls(expression=spec)
+        predicates = tuple(p if isinstance(p, Predicate) else Predicate(*p) for p in spec)
+        return cls(predicates=predicates)
+
+    @property
+    def row_filter(self) -> pc.Expression | Sequence[Predicate] | None:
+        return self.expression if self.expression is not None else (self.predicates or None)
+
+
+def partition_may_match(meta: TableMeta, part: PartitionScan, scan_filter: ScanFilter) -> bool:
+    """Whether a partition can hold matching rows, judged by its exact partition values."""
+    for predicate in scan_filter.predicates:
+        if predicate.column not in meta.spec.columns:
+            continue
+        arrow_type = meta.schema.field(predicate.column).type
+        value = typed_value(part.values[predicate.column], arrow_type)
+        if value is None:
+            stats = ColumnStats(null_count=part.row_count)
+        else:
+            encoded = encode_stat(pa.scalar(value, arrow_type))
+            stats = ColumnStats(min=encoded, max=encoded, null_count=0)
+        if not may_match(predicate, stats, arrow_type, part.row_count):
+            return False
+    return True
+
+
+def wanted_buckets(meta: TableMeta, scan_filter: ScanFilter) -> set[int] | None:
+    """Buckets a key lookup (``id = x`` or ``id in [...]`` on a one-column key) can touch."""
+    if len(meta.primary_key) != 1 or not meta.spec.bucketed:
+        return None
+    key = meta.primary_key[0]
+    for predicate in scan_filter.predicates:
+        if predicate.column == key and predicate.op in ("=", "in"):
+            values = predicate.value if predicate.op == "in" else [predicate.value]
+            keys = pa.table({key: pa.array(list(values), meta.schema.field(key).type)})  # type: ignore[call-overload]
+            return set(bucket_ids(keys, [key], meta.spec.hash_buckets).to_pylist())
+    return None
+
+
+@dataclass
+class Scan:
+    """A read of one table version; iterate it lazily or collect it."""
+
+    meta: TableMeta
+    plan: ScanPlan
+    columns: Sequence[str] | None = None
+    scan_filter: ScanFilter = field(default_factory=ScanFilter)
+
+    def __post_init__(self) -> None:
+        for name in [*(self.columns or ()), *(p.column for p in self.scan_filter.predicates)]:
+            if name not in self.meta.schema.names:
+                raise SchemaError(
+                    f"column {name!r} is not in {self.meta.name}",
+                    table=str(self.meta.name),
+                    column=name,
+                )
+
+    @property
+    def version(self) -> int:
+        return self.plan.table_version
+
+    @property
+    def schema(self) -> pa.Schema:
+        schema = self.meta.schema
+        if self.columns is None:
+            return schema
+        return pa.schema([schema.field(c) for c in self.columns])
+
+    def partitions(self) -> list[PartitionScan]:
+        buckets = wanted_buckets(self.meta, self.scan_filter)
+        return [
+            p
+            for p in self.plan.partitions
+            if (buckets is None or p.bucket in buckets)
+            and partition_may_match(self.meta, p, self.scan_filter)
+        ]
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """Batches of the result, one partition at a time (memory bounded by one bucket)."""
+        target = self.schema
+        for part in self.partitions():
+            for batch in self._read(part):
+                yield batch if batch.schema.equals(target) else batch.cast(target)
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        """A streaming reader (DuckDB and Polars scan it without materialising the table)."""
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def to_arrow(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+
+    def count(self) -> int:
+        return sum(batch.num_rows for batch in self.to_batches())
+
+    def _read(self, part: PartitionScan) -> Iterator[pa.RecordBatch]:
+        meta = self.meta
+        if part.merge:
+            return read_merged(
+                meta.location,
+                part.files,
+                meta.schema,
+                meta.primary_key,
+                sequence_column=meta.sequence_column,
+                columns=self.columns,
+                row_filter=self.scan_filter.row_filter,
+            )
+        return read_files(
+            meta.location,
+            part.files,
+            meta.schema,
+            columns=self.columns,
+            row_filter=self.scan_filter.row_filter,
+        )
