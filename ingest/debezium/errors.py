@@ -1,0 +1,57 @@
+"""Errors of the Debezium decoder.
+
+Bad *input* never raises: each bad message becomes a :class:`~ingest.debezium.model.DeadLetter`
+whose :class:`~ingest.debezium.model.DeadLetterReason` says what was wrong, so that one bad message
+cannot stop a batch. Exceptions are for bad *configuration* (a caller's mistake that no retry can
+fix) and, internally, to carry one message's failure to the place that files the dead letter.
+
+``DebeziumError`` should subclass the ingest package's root error (``IngestError``) once that
+exists; it is kept here so this package has no dependency on code being written in parallel.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DebeziumError(Exception):
+    """Root of every error raised by ``ingest.debezium``."""
+
+
+class DecoderConfigError(DebeziumError, ValueError):
+    """A :class:`~ingest.debezium.model.DecoderConfig` that cannot work (bad schema or key)."""
+
+    def __init__(self, message: str, *, table: str | None = None, column: str | None = None):
+        super().__init__(message)
+        self.table = table
+        self.column = column
+
+
+class DeadLetterReason(StrEnum):
+    """Why a message went to the dead letters; lets the dead-letter table group by cause."""
+
+    MALFORMED_JSON = "malformed_json"
+    BAD_ENVELOPE = "bad_envelope"
+    UNKNOWN_OP = "unknown_op"
+    UNSUPPORTED_OP = "unsupported_op"
+    MISSING_ROW = "missing_row"
+    MISSING_KEY = "missing_key"
+    BAD_KEY = "bad_key"
+    NO_SCHEMA = "no_schema"
+    UNSUPPORTED_SCHEMA = "unsupported_schema"
+    SCHEMA_MISMATCH = "schema_mismatch"
+    TYPE_MISMATCH = "type_mismatch"
+    BAD_POSITION = "bad_position"
+    UNMAPPED_TOPIC = "unmapped_topic"
+
+
+class MessageError(DebeziumError):
+    """One message cannot be decoded; becomes a dead letter with ``reason`` and the text."""
+
+    def __init__(self, reason: DeadLetterReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ValueMismatch(DebeziumError, ValueError):
+    """A JSON value that does not fit its column's type (wrong JSON type, range, encoding)."""
