@@ -35,7 +35,7 @@ import datetime as dt
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -43,13 +43,14 @@ import structlog
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from catalog import conflicts
+from catalog import conflicts, schemas
 from catalog.errors import (
     CatalogUnavailableError,
     CommitConflict,
     CommitRejected,
     CommitStateUnknown,
     ConflictKind,
+    SchemaError,
 )
 from catalog.meta import TableMeta
 from catalog.model import (
@@ -65,6 +66,7 @@ from catalog.model import (
 )
 from catalog.queries import query
 from catalog.retry import RetryPolicy
+from catalog.schema_changes import plan_schema_change, record_schema
 from catalog.snapshots import PartitionHead, head_from_row, load_snapshots, partition_heads
 from catalog.store import LockBusy, PgStore, TransientStoreError, translate_errors
 
@@ -248,6 +250,9 @@ class _Publication:
             self._check_same_tables(previous)
             return previous.model_copy(update={"replayed": True})
         committed_at = max([now, *(t.committed_at + _ONE_MICROSECOND for t in locked.values())])
+        for tc in self.request.tables:
+            if tc.evolve_to is not None:
+                self._evolve(tc)
         plans = {
             tc.table: self._plan(tc, locked[self.metas[tc.table].table_id])
             for tc in self.request.tables
@@ -264,6 +269,30 @@ class _Publication:
         )
         self._record_key(result)
         return result
+
+    def _evolve(self, tc: TableCommit) -> None:
+        """Publish the commit's schema change; the head lock serialises it with other changes."""
+        assert tc.evolve_to is not None
+        meta = self.metas[tc.table]
+        row = self.conn.execute(query("table_by_id"), {"table_id": meta.table_id}).fetchone()
+        assert row is not None
+        history = {
+            r["schema_id"]: schemas.deserialize(r["arrow_schema"])
+            for r in self.conn.execute(query("table_schemas"), {"table_id": meta.table_id})
+        }
+        current = replace(meta, schemas=history, current_schema_id=row["current_schema_id"])
+        try:
+            target = plan_schema_change(current, schemas.from_base64(tc.evolve_to))
+        except SchemaError as exc:
+            raise CommitRejected(str(exc), table=tc.table) from exc
+        if target is not None:
+            new_id = record_schema(self.conn, meta.table_id, current.current_schema_id, target)
+            assert new_id is not None  # we hold the head lock
+            history[new_id] = target
+            self.metas = {
+                **self.metas,
+                tc.table: replace(current, schemas=history, current_schema_id=new_id),
+            }
 
     def _check_same_tables(self, previous: CommitResult) -> None:
         """A replay is the same batch only if it went to the same tables (same incarnations)."""
@@ -538,7 +567,8 @@ class _Publication:
             "table_ids": sorted(t.table_id for t in result.tables),
         }
         self.conn.execute(query("insert_commit_key"), params)
-        self.conn.execute(query("upsert_writer_progress"), params)
+        progress = {**params, "writer_id": self.request.progress_key or key.writer_id}
+        self.conn.execute(query("upsert_writer_progress"), progress)
 
 
 def _find_key(conn: psycopg.Connection[DictRow], key: IdempotencyKey) -> CommitResult | None:

@@ -108,6 +108,9 @@ class TableCommit(_Frozen):
     op: CommitOp
     partitions: tuple[PartitionCommit, ...]
     base_version: int | None = None
+    evolve_to: str | None = None
+    """A new table schema (base64 of its Arrow IPC bytes) published in this same commit, e.g.
+    a column the source added; validated by the schema evolution rules under the table lock."""
 
     @field_validator("partitions")
     @classmethod
@@ -139,6 +142,9 @@ class CommitRequest(_Frozen):
     #: Source positions (e.g. Kafka offsets), stored as the writer's progress in the same
     #: transaction.
     source_offsets: dict[str, object] | None = None
+    #: Under which name the progress is stored (default: the key's writer id). A streaming job
+    #: keeps one name for its progress while its keys change with each checkpoint incarnation.
+    progress_key: str | None = None
 
 
 class TableCommitResult(_Frozen):

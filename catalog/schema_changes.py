@@ -29,6 +29,12 @@ def plan_schema_change(
     table = str(meta.name)
     for field in new_schema:
         check_column_name(field.name)
+    keys = set(meta.primary_key)
+    # key columns are NOT NULL in every table; a source's schema need not say so
+    new_schema = pa.schema(
+        [f.with_nullable(False) if f.name in keys else f for f in new_schema],
+        metadata=new_schema.metadata,
+    )
     changes = check_evolution(
         meta.schema, new_schema, primary_key=meta.primary_key, allow_drop=allow_drop
     )
@@ -44,9 +50,7 @@ def plan_schema_change(
             column=sorted(frozen)[0],
         )
     _refuse_resurrection(meta.schemas, meta.schema, new_schema, table)
-    keys = set(meta.primary_key)
-    fields = [f.with_nullable(False) if f.name in keys else f for f in new_schema]
-    return pa.schema(fields, metadata=new_schema.metadata)
+    return new_schema
 
 
 def _refuse_resurrection(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -31,6 +32,15 @@ def serialize(schema: pa.Schema) -> bytes:
 
 def deserialize(data: bytes) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(data))
+
+
+def to_base64(schema: pa.Schema) -> str:
+    """A schema as text, to travel inside JSON commit requests."""
+    return base64.b64encode(serialize(schema)).decode("ascii")
+
+
+def from_base64(text: str) -> pa.Schema:
+    return deserialize(base64.b64decode(text))
 
 
 def prepare_table_schema(

@@ -125,7 +125,6 @@ ON CONFLICT (writer_id) DO UPDATE
 SET batch_id = excluded.batch_id, commit_id = excluded.commit_id,
     source_offsets = excluded.source_offsets, updated_at = excluded.updated_at,
     table_ids = excluded.table_ids
-WHERE writer_progress.batch_id <= excluded.batch_id
 
 -- name: writer_progress
 SELECT writer_id, batch_id, commit_id, source_offsets, updated_at, table_ids

@@ -1,0 +1,59 @@
+"""Schema changes published with the data, and progress stored under a stable job name."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from catalog import Catalog, CommitRejected, CommitRequest, IdempotencyKey
+from catalog.schemas import to_base64
+from catalog.writes import stage_append, stage_changes, upserts
+
+pytestmark = pytest.mark.integration
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int32())])
+
+
+def test_a_new_column_lands_with_the_rows_that_carry_it(catalog: Catalog):
+    table = catalog.create_table("shop.orders", SCHEMA, primary_key=["id"], hash_buckets=2)
+    table.upsert(pa.table({"id": [1], "v": pa.array([1], pa.int32())}))
+    wider = SCHEMA.append(pa.field("note", pa.string()))
+    rows = pa.table({"id": [2], "v": pa.array([2], pa.int32()), "note": ["new"]}, schema=wider)
+    evolved = table.meta.__class__(
+        **{**table.meta.__dict__, "schemas": {0: wider}, "current_schema_id": 0}
+    )
+    commit = stage_changes(evolved, upserts(evolved, rows)).model_copy(
+        update={"evolve_to": to_base64(wider)}
+    )
+    catalog.commit(CommitRequest(tables=(commit,)))
+    table.refresh()
+    assert table.schema.names == ["id", "v", "note"] and table.meta.current_schema_id == 1
+    got = {r["id"]: r["note"] for r in table.scan().to_arrow().to_pylist()}
+    assert got == {1: None, 2: "new"}
+
+
+def test_an_incompatible_change_fails_the_commit_naming_the_column(catalog: Catalog):
+    table = catalog.create_table("shop.orders", SCHEMA, primary_key=["id"], hash_buckets=2)
+    narrower = pa.schema([("id", pa.int64()), ("v", pa.int8())])
+    commit = stage_changes(
+        table.meta, upserts(table.meta, pa.table({"id": [1], "v": pa.array([1], pa.int32())}))
+    ).model_copy(update={"evolve_to": to_base64(narrower)})
+    with pytest.raises(CommitRejected, match="'v'"):
+        catalog.commit(CommitRequest(tables=(commit,)))
+    assert table.current_version() == 0 and table.refresh().meta.current_schema_id == 0
+
+
+def test_progress_is_kept_under_the_job_name_across_key_incarnations(catalog: Catalog):
+    table = catalog.create_table("logs.events", SCHEMA)
+    data = pa.table({"id": [1], "v": pa.array([1], pa.int32())})
+    for incarnation, batch, offset in [("a", 0, 10), ("a", 1, 20), ("b", 0, 30)]:
+        catalog.commit(
+            CommitRequest(
+                tables=(stage_append(table.meta, data),),
+                key=IdempotencyKey(writer_id=f"job:{incarnation}", batch_id=batch),
+                source_offsets={"t": {"0": offset}},
+                progress_key="job",
+            )
+        )
+    progress = catalog.writer_progress("job")
+    assert progress.source_offsets == {"t": {"0": 30}}
+    assert table.scan().count() == 3
