@@ -1,0 +1,214 @@
+"""``lakestream-kafka``: a Spark Structured Streaming source for Kafka on PySpark's Python Data
+Source API, reading with confluent-kafka.
+
+Spark's own Kafka source is a JVM jar from Maven, which is not reachable everywhere this runs; this
+source has the same option names and row schema (see :mod:`ingest.kafka.options` and
+:mod:`ingest.kafka.schema`), so a job can use either.
+
+How a micro-batch is made:
+
+* the driver-side reader (in Spark's long-running Python source process) lists the partitions
+  matching ``subscribe`` / ``subscribePattern`` and their watermarks, and chooses the end offsets
+  (all there is, at most ``maxOffsetsPerTrigger`` offsets split over partitions by backlog, or
+  the target fixed when ``Trigger.AvailableNow`` began). Partitions it has not seen before -
+  new topics matching the pattern, new partitions - start at their earliest offset;
+* each partition's ``[start, end)`` becomes one Spark input partition, read on an executor by
+  :func:`ingest.kafka.reader.read_range` into Arrow batches;
+* offsets live in Spark's checkpoint (and, with each commit, in the catalog); the source never
+  commits consumer-group offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import structlog
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ingest.kafka.brokerview import BrokerView
+from ingest.kafka.errors import DataLossError, KafkaOptionError
+from ingest.kafka.offsets import (
+    EARLIEST,
+    Offsets,
+    OffsetsJson,
+    PartitionId,
+    from_json,
+    next_end,
+    plan_ranges,
+    to_json,
+)
+from ingest.kafka.options import SourceOptions, parse_options
+from ingest.kafka.reader import read_range
+from ingest.kafka.schema import arrow_schema, kafka_schema
+
+SOURCE_NAME = "lakestream-kafka"
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.readStream.format("lakestream-kafka")`` available in ``spark``."""
+    spark.dataSource.register(KafkaDataSource)
+
+
+def _log() -> Any:
+    # Fetched per call: these objects are pickled to Spark workers and cached loggers do not pickle.
+    return structlog.get_logger("ingest.kafka")
+
+
+class KafkaDataSource(DataSource):
+    """The data source Spark instantiates per ``load()``; it checks the options right away."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def settings(self) -> SourceOptions:
+        """The parsed options (a :class:`KafkaOptionError` for any bad one)."""
+        return parse_options(self.options)
+
+    def schema(self) -> StructType:
+        return kafka_schema(self.settings().include_headers)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        settings = self.settings()
+        if schema != kafka_schema(settings.include_headers):
+            raise KafkaOptionError("schema", "the source has a fixed schema; do not pass one")
+        return KafkaStreamReader(settings, schema)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches on the driver and reads their ranges on the executors."""
+
+    def __init__(self, settings: SourceOptions, schema: StructType) -> None:
+        self._settings = settings
+        self._schema = schema
+        self._broker: BrokerView | None = None
+        self._target: Offsets | None = None  # the Trigger.AvailableNow end
+        self._earliest: Offsets = {}  # first-seen earliest offsets of new partitions
+        self._newest: Offsets | None = None  # for progress reports
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to the executors; the driver's consumer stays behind.
+        state = self.__dict__.copy()
+        state["_broker"] = None
+        return state
+
+    @property
+    def broker(self) -> BrokerView:
+        if self._broker is None:
+            self._broker = BrokerView(self._settings.kafka_config)
+        return self._broker
+
+    def initialOffset(self) -> OffsetsJson:
+        """Where a query without a checkpoint starts, resolved to numbers now."""
+        partitions = self.broker.partitions(self._settings.subscription)
+        offsets = _resolve_starting(self._settings, partitions, self.broker)
+        _log().info(
+            "kafka source starts",
+            subscription=self._settings.subscription,
+            starting=to_json(offsets),
+            kafka=self._settings.redacted_kafka_config(),
+        )
+        return to_json(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self._settings.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an AvailableNow run: the partitions and offsets that exist now."""
+        self._target = self.broker.latest(self.broker.partitions(self._settings.subscription))
+        _log().info("kafka source available-now target", target=to_json(self._target))
+
+    def latestOffset(self, start: Mapping[str, Mapping[str, int]], limit: ReadLimit) -> OffsetsJson:
+        """The end of the next micro-batch (equal to ``start`` when there is nothing new)."""
+        current = from_json(start)
+        newest = self._newest_offsets()
+        self._newest = newest
+        current = self._drop_reset_partitions(current, newest)
+        earliest = self._earliest_of([pid for pid in newest if pid not in current])
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return to_json(next_end(current, newest, earliest, max_rows))
+
+    def reportLatestOffset(self) -> OffsetsJson | None:
+        return None if self._newest is None else to_json(self._newest)
+
+    def partitions(
+        self, start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]
+    ) -> list[InputPartition]:
+        def earliest(pid: PartitionId) -> int:
+            return self._earliest_of([pid])[pid]
+
+        ranges = plan_ranges(from_json(start), from_json(end), earliest)
+        return [InputPartition(rng) for rng in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(partition.value, self._settings, arrow_schema(self._schema))
+
+    def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
+        _log().debug("kafka source batch done", end=end)
+
+    def stop(self) -> None:
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+
+    def _newest_offsets(self) -> Offsets:
+        if self._target is not None:
+            return dict(self._target)
+        return self.broker.latest(self.broker.partitions(self._settings.subscription))
+
+    def _earliest_of(self, partitions: list[PartitionId]) -> Offsets:
+        """Earliest offsets, remembered so that planning and replanning a batch agree."""
+        missing = [pid for pid in partitions if pid not in self._earliest]
+        if missing:
+            self._earliest.update(self.broker.earliest(missing))
+        return {pid: self._earliest[pid] for pid in partitions}
+
+    def _drop_reset_partitions(self, current: Offsets, newest: Offsets) -> Offsets:
+        """Partitions whose end went below our position: fail, or restart them from earliest."""
+        reset = sorted(pid for pid in current if pid in newest and newest[pid] < current[pid])
+        if not reset:
+            return current
+        pid = reset[0]
+        reason = (
+            f"the partition ends at {newest[pid]}, before the query's position "
+            f"{current[pid]} (topic recreated or truncated?)"
+        )
+        if self._settings.fail_on_data_loss:
+            raise DataLossError(pid.topic, pid.partition, reason)
+        _log().warning(
+            "kafka offsets reset; reading from earliest", partitions=[str(p) for p in reset]
+        )
+        for gone in reset:  # their earliest offset is looked up again, not taken from before
+            self._earliest.pop(gone, None)
+        return {p: offset for p, offset in current.items() if p not in reset}
+
+
+def _resolve_starting(
+    settings: SourceOptions, partitions: list[PartitionId], broker: BrokerView
+) -> Offsets:
+    """``startingOffsets`` as numbers for the partitions that exist now.
+
+    Explicit offsets are kept as given (also for partitions not seen yet); existing partitions
+    the JSON does not name start at earliest; ``-2``/``-1`` mean earliest/latest, as in Spark.
+    """
+    spec = settings.starting
+    if isinstance(spec, str):
+        marks = broker.watermarks(partitions)
+        return {pid: marks[pid][0 if spec == "earliest" else 1] for pid in partitions}
+    offsets = {pid: offset for pid, offset in spec.items() if offset >= 0}
+    sentinels = {pid: spec.get(pid, EARLIEST) for pid in partitions if pid not in offsets}
+    marks = broker.watermarks(sentinels)
+    for pid, sentinel in sentinels.items():
+        offsets[pid] = marks[pid][0 if sentinel == EARLIEST else 1]
+    return offsets
