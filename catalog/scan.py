@@ -136,10 +136,14 @@ class Scan:
     def _read(self, part: PartitionScan) -> Iterator[pa.RecordBatch]:
         meta = self.meta
         if part.merge:
+            # runs hold delete rows that carry only their key: read them as the run schema
+            runs = pa.schema(
+                [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
+            )
             return read_merged(
                 meta.location,
                 part.files,
-                meta.schema,
+                runs,
                 meta.primary_key,
                 sequence_column=meta.sequence_column,
                 columns=self.columns,

@@ -47,7 +47,11 @@ class PartitionSlice:
 
 
 def conform(
-    meta: TableMeta, data: pa.Table | pa.RecordBatch, *, keys_only: bool = False
+    meta: TableMeta,
+    data: pa.Table | pa.RecordBatch,
+    *,
+    keys_only: bool = False,
+    schema: pa.Schema | None = None,
 ) -> pa.Table:
     """``data`` as the table schema: same names, exact or widening types, nulls where allowed.
 
@@ -60,7 +64,7 @@ def conform(
         raise SchemaError(
             f"expected a pyarrow Table, got {type(data).__name__}", table=str(meta.name)
         )
-    schema = meta.schema
+    schema = schema or meta.schema
     unknown = [n for n in table.column_names if n not in schema.names and n != ROW_KIND_COLUMN]
     if unknown:
         raise SchemaError(
@@ -212,6 +216,17 @@ def run_schema(meta: TableMeta) -> pa.Schema:
     (delete rows carry only their key), plus the row-kind column."""
     fields = [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
     return pa.schema([*fields, pa.field(ROW_KIND_COLUMN, pa.int8(), nullable=False)])
+
+
+def changes(meta: TableMeta, rows: pa.Table) -> pa.Table:
+    """Rows that already carry their row kind (e.g. decoded CDC events), as a merge run's
+    content: data columns conformed to the run schema, then the row-kind column."""
+    if ROW_KIND_COLUMN not in rows.column_names:
+        raise SchemaError(f"changes need the {ROW_KIND_COLUMN!r} column", table=str(meta.name))
+    schema = run_schema(meta)
+    data = conform(meta, rows, schema=pa.schema(list(schema)[:-1]))
+    kinds = rows.column(ROW_KIND_COLUMN).cast(pa.int8())
+    return pa.Table.from_arrays([*data.columns, kinds], schema=schema)
 
 
 def upserts(meta: TableMeta, data: pa.Table) -> pa.Table:

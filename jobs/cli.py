@@ -116,6 +116,16 @@ def _guard(action: Callable[[], T]) -> T:
         raise typer.Exit(1) from exc
 
 
+@app.command("ingest")
+def ingest(
+    config: Annotated[Path, typer.Option("--config", help="ingest YAML (see README)")],
+) -> None:
+    """Run the streaming ingest job (Kafka -> tables); stops cleanly on SIGTERM."""
+    from jobs.ingest_main import main as ingest_main
+
+    raise typer.Exit(ingest_main(config))
+
+
 @app.command("demo")
 def demo(
     home: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path(".lakestream"),

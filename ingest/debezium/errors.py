@@ -5,16 +5,16 @@ whose :class:`~ingest.debezium.model.DeadLetterReason` says what was wrong, so t
 cannot stop a batch. Exceptions are for bad *configuration* (a caller's mistake that no retry can
 fix) and, internally, to carry one message's failure to the place that files the dead letter.
 
-``DebeziumError`` should subclass the ingest package's root error (``IngestError``) once that
-exists; it is kept here so this package has no dependency on code being written in parallel.
 """
 
 from __future__ import annotations
 
+from ingest.errors import IngestError
+
 from enum import StrEnum
 
 
-class DebeziumError(Exception):
+class DebeziumError(IngestError):
     """Root of every error raised by ``ingest.debezium``."""
 
 

@@ -1,14 +1,15 @@
 """Errors of the Kafka source.
 
-:class:`KafkaSourceError` is the root; it should become a subclass of the ``ingest`` package's
-root error (``IngestError``) once that exists. Every error carries the fields a caller needs
+:class:`KafkaSourceError` is the root; it descends from the package root :class:`~ingest.errors.IngestError`. Every error carries the fields a caller needs
 (topic, partition, offsets) rather than only text.
 """
 
 from __future__ import annotations
 
+from ingest.errors import IngestError
 
-class KafkaSourceError(Exception):
+
+class KafkaSourceError(IngestError):
     """Root of every error raised by ``ingest.kafka``."""
 
 

@@ -1,0 +1,169 @@
+"""The streaming ingest job: Kafka topics -> decoded changes -> tables, one commit per batch.
+
+Exactly-once across restarts rests on three things: Spark's checkpoint replays an unfinished
+batch with the same id and offsets; the sink recognises an already committed (writer, batch);
+and every commit stores the batch's offsets under the job's name. If the checkpoint is lost,
+Spark would restart batch ids at 0, so the job starts a new *incarnation* (a new writer id, so
+old keys cannot be mistaken for new batches) and starts reading at the offsets in the catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from catalog import Catalog
+from ingest.debezium import DecoderConfig
+from ingest.kafka.source import SOURCE_NAME, register
+from ingest.sink.batch import BatchSink, SinkSettings
+from ingest.sink.plan import SourceFormat
+
+log = structlog.get_logger("lakestream.ingest.job")
+INCARNATION_FILE = "lakestream-incarnation"
+
+
+@dataclass(frozen=True)
+class IngestJobConfig:
+    job: str
+    bootstrap_servers: str
+    checkpoint: Path
+    dead_letter_table: str
+    source_format: SourceFormat = SourceFormat.DEBEZIUM
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    json_tables: Mapping[str, str] = field(default_factory=dict)
+    hash_buckets: int = 4
+    partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    trigger_seconds: float | None = None
+    """None: Trigger.AvailableNow (process what is there, then stop)."""
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class IngestRun:
+    batches_committed: int
+    incarnation: str
+
+
+def run_ingest(
+    config: IngestJobConfig, spark: Any, catalog: Catalog, stop: threading.Event | None = None
+) -> IngestRun:
+    """Run the query until AvailableNow is done, ``stop`` is set, or SIGTERM arrives."""
+    incarnation, fresh = _incarnation(config.checkpoint)
+    starting = _starting_offsets(config, catalog) if fresh else config.starting_offsets
+    sink = BatchSink(
+        catalog,
+        SinkSettings(
+            job=config.job,
+            incarnation=incarnation,
+            source_format=config.source_format,
+            decoder=config.decoder,
+            dead_letter_table=config.dead_letter_table,
+            json_tables=config.json_tables,
+            hash_buckets=config.hash_buckets,
+            partition_by=config.partition_by,
+        ),
+    )
+    query = _start(config, spark, sink, starting)
+    log.info(
+        "ingest_started",
+        job=config.job,
+        incarnation=incarnation,
+        fresh_checkpoint=fresh,
+        starting_offsets=starting if fresh else "checkpoint",
+    )
+    _await(query, stop or threading.Event())
+    return IngestRun(sink.batches_committed, incarnation)
+
+
+def _incarnation(checkpoint: Path) -> tuple[str, bool]:
+    """(incarnation id, whether Spark's checkpoint is new)."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    offsets = checkpoint / "offsets"
+    fresh = not (offsets.is_dir() and any(offsets.iterdir()))
+    marker = checkpoint / INCARNATION_FILE
+    if fresh or not marker.exists():
+        marker.write_text(uuid.uuid4().hex[:12])
+    return marker.read_text().strip(), fresh
+
+
+def _starting_offsets(config: IngestJobConfig, catalog: Catalog) -> str:
+    """Where a new checkpoint starts: the catalog's offsets of this job, if its tables live."""
+    progress = catalog.writer_progress(config.job)
+    if progress is None or not progress.source_offsets:
+        return config.starting_offsets
+    alive = catalog.live_table_ids(progress.table_ids)
+    if alive != set(progress.table_ids):
+        log.warning(
+            "progress_ignored",
+            job=config.job,
+            reason="tables it was committed to were dropped or recreated",
+        )
+        return config.starting_offsets
+    return json.dumps(progress.source_offsets)
+
+
+def _start(config: IngestJobConfig, spark: Any, sink: BatchSink, starting: str) -> Any:
+    register(spark)
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", config.bootstrap_servers)
+        .option("startingOffsets", starting)
+    )
+    if config.topic_pattern:
+        reader = reader.option("subscribePattern", config.topic_pattern)
+    else:
+        reader = reader.option("subscribe", ",".join(config.topics))
+    if config.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+    for key, value in config.kafka_options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    writer = (
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(config.checkpoint))
+        .queryName(config.job)
+    )
+    if config.trigger_seconds is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+    return writer.start()
+
+
+def _await(query: Any, stop: threading.Event) -> None:
+    previous = _on_sigterm(stop)
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(1)
+        if query.isActive:
+            log.info("ingest_stopping", reason="stop requested")
+            query.stop()
+        error = query.exception()
+        if error is not None:
+            raise error
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm(stop: threading.Event) -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    return signal.signal(signal.SIGTERM, handler)

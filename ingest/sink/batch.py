@@ -1,0 +1,268 @@
+"""The driver half of the sink: one catalog commit per micro-batch, exactly once.
+
+For batch ``b`` of writer incarnation ``w`` the commit's idempotency key is ``(w, b)``. Spark
+replays a batch after a crash with the same id and the same offsets, so a replay whose commit
+already landed is recognised and skipped; one that did not land is written again (files of the
+crashed attempt are left for maintenance) and committed once. The offsets of every batch are
+stored with its commit under the job's name, so a job whose checkpoint is lost resumes from the
+catalog alone (see :mod:`ingest.job`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import structlog
+
+from catalog import (
+    Catalog,
+    CommitConflict,
+    CommitOp,
+    CommitRequest,
+    CommitResult,
+    ConflictKind,
+    FileAction,
+    FileOp,
+    IdempotencyKey,
+    PartitionCommit,
+    TableCommit,
+    TableNotFoundError,
+)
+from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
+from catalog.errors import TableAlreadyExistsError
+from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
+from catalog.model import SEQUENCE_COLUMN
+from catalog.schemas import from_base64, to_base64
+from ingest.debezium import DecoderConfig
+from ingest.errors import IngestError, SchemaChangeRefused
+from ingest.sink.plan import SinkPlan, SourceFormat
+from ingest.sink.report import NewTable, TaskReport, WrittenFile, merge_offsets, total_counts
+from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
+
+log = structlog.get_logger("lakestream.ingest")
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    job: str
+    """Stable name: the writer's progress is stored under it."""
+    incarnation: str
+    """Changes when the Spark checkpoint is new, because Spark then restarts batch ids at 0."""
+    source_format: SourceFormat
+    decoder: DecoderConfig
+    dead_letter_table: str
+    json_tables: Mapping[str, str] = field(default_factory=dict)
+    hash_buckets: int = 4
+    partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def writer_id(self) -> str:
+        return f"{self.job}:{self.incarnation}"
+
+
+class BatchSink:
+    """``foreachBatch`` callable; holds the catalog connection of the driver."""
+
+    def __init__(self, catalog: Catalog, settings: SinkSettings) -> None:
+        self.catalog = catalog
+        self.settings = settings
+        self._tables: set[str] = {
+            *settings.json_tables.values(),
+            *settings.decoder.topic_tables.values(),
+        }
+        self.batches_committed = 0
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        key = IdempotencyKey(writer_id=self.settings.writer_id, batch_id=batch_id)
+        bound = log.bind(job=self.settings.job, batch=batch_id)
+        if self.catalog.resolve_commit(key.writer_id, key.batch_id) is not None:
+            bound.info("batch_already_committed")
+            return
+        started = time.monotonic()
+        reports = self._write(df, batch_id)
+        written = time.monotonic()
+        request = self._request(reports, key)
+        if request is None:
+            bound.info("batch_empty", records=sum(r.records for r in reports))
+            return
+        result = self._commit(request)
+        self.batches_committed += 1
+        self._log(bound, reports, result, written - started, time.monotonic() - written)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _write(self, df: Any, batch_id: int) -> list[TaskReport]:
+        """Run the executor tasks; if the batch brought tables the catalog lacks, create them
+        and write again (a rare second pass; the first pass's files become leftovers)."""
+        for _ in range(3):
+            plan = self._plan(batch_id)
+            rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
+            reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
+            new = {t.table: t for r in reports for t in r.new_tables}
+            if not new:
+                refused = [x for r in reports for x in r.refused]
+                if refused:
+                    raise SchemaChangeRefused(*refused[0])
+                return reports
+            for new_table in new.values():
+                self._create(new_table)
+        raise IngestError("new tables kept appearing in one batch; giving up on it")
+
+    def _plan(self, batch_id: int) -> SinkPlan:
+        metas = {}
+        for name in sorted(self._tables):
+            try:
+                metas[name] = self.catalog.load_table(name).meta
+            except TableNotFoundError:
+                continue
+        dead = self._dead_letter_table()
+        return SinkPlan(
+            source_format=self.settings.source_format,
+            decoder=self.settings.decoder,
+            tables=metas,
+            dead_letters=dead,
+            batch_id=batch_id,
+            writer=self.settings.writer_id,
+            json_tables=self.settings.json_tables,
+        )
+
+    def _dead_letter_table(self) -> TableMeta:
+        name = self.settings.dead_letter_table
+        try:
+            return self.catalog.load_table(name).meta
+        except TableNotFoundError:
+            try:
+                return self.catalog.create_table(name, DEAD_LETTER_SCHEMA).meta
+            except TableAlreadyExistsError:
+                return self.catalog.load_table(name).meta
+
+    def _create(self, new: NewTable) -> None:
+        schema = from_base64(new.schema_b64)
+        try:
+            if new.kind == "cdc":
+                self.catalog.create_table(
+                    new.table,
+                    schema,
+                    primary_key=list(new.primary_key),
+                    hash_buckets=self.settings.hash_buckets,
+                    partition_by=list(self.settings.partition_by.get(new.table, ())),
+                    properties={
+                        SEQUENCE_COLUMN_PROPERTY: SEQUENCE_COLUMN,
+                        # order comes from the sequence column, not commit order
+                        CONCURRENT_MERGE_PROPERTY: "true",
+                    },
+                )
+            else:
+                self.catalog.create_table(
+                    new.table,
+                    schema,
+                    partition_by=list(self.settings.partition_by.get(new.table, ())),
+                )
+        except TableAlreadyExistsError:
+            pass  # another job created it meanwhile
+        self._tables.add(new.table)
+        log.info("table_created_from_stream", table=new.table, kind=new.kind, columns=len(schema))
+
+    # -- committing ------------------------------------------------------------------------
+
+    def _request(self, reports: Sequence[TaskReport], key: IdempotencyKey) -> CommitRequest | None:
+        by_table: dict[str, list[WrittenFile]] = defaultdict(list)
+        for report in reports:
+            for written in report.files:
+                by_table[written.table].append(written)
+        if not by_table:
+            return None
+        commits = tuple(
+            self._table_commit(name, files, reports) for name, files in sorted(by_table.items())
+        )
+        previous = self.catalog.writer_progress(self.settings.job)
+        base = previous.source_offsets if previous and previous.source_offsets else {}
+        offsets = merge_offsets(base, *(r.offsets for r in reports))
+        return CommitRequest(
+            tables=commits, key=key, source_offsets=dict(offsets), progress_key=self.settings.job
+        )
+
+    def _table_commit(
+        self, name: str, files: Iterable[WrittenFile], reports: Sequence[TaskReport]
+    ) -> TableCommit:
+        meta = self.catalog.load_table(name).meta
+        parts: dict[str, list[FileOp]] = defaultdict(list)
+        for written in files:
+            parts[written.partition_desc].append(FileOp(action=FileAction.ADD, file=written.file))
+        evolved = [from_base64(r.evolved[name]) for r in reports if name in r.evolved]
+        evolve_to = None
+        if evolved:
+            union, refused = widen_schema(meta, evolved)
+            if refused is not None:
+                raise SchemaChangeRefused(name, *refused)
+            evolve_to = to_base64(union)
+        return TableCommit(
+            table=name,
+            op=CommitOp.MERGE if meta.is_cdc else CommitOp.APPEND,
+            partitions=tuple(
+                PartitionCommit(partition_desc=d, ops=tuple(ops))
+                for d, ops in sorted(parts.items())
+            ),
+            base_version=self.catalog.load_table(name).current_version(),
+            evolve_to=evolve_to,
+        )
+
+    def _commit(self, request: CommitRequest) -> CommitResult:
+        """Commit; a concurrent write rebases (the files do not depend on the table's state)."""
+        for attempt in range(1, 4):
+            try:
+                return self.catalog.commit(request)
+            except CommitConflict as exc:
+                if exc.kind is not ConflictKind.CONCURRENT_WRITE or attempt == 3:
+                    raise
+                tables = tuple(
+                    tc.model_copy(
+                        update={"base_version": self.catalog.load_table(tc.table).current_version()}
+                    )
+                    for tc in request.tables
+                )
+                request = request.model_copy(update={"tables": tables})
+        raise AssertionError("unreachable")
+
+    def _log(
+        self,
+        bound: Any,
+        reports: Sequence[TaskReport],
+        result: CommitResult,
+        write_s: float,
+        commit_s: float,
+    ) -> None:
+        counts = total_counts(reports)
+        files = sum(len(r.files) for r in reports)
+        bound.info(
+            "batch_committed",
+            records=sum(r.records for r in reports),
+            tables={
+                t: {
+                    "rows": c.rows,
+                    "upserts": c.upserts,
+                    "deletes": c.deletes,
+                    "version": result.version_of(t),
+                }
+                for t, c in counts.items()
+            },
+            files=files,
+            bytes=sum(f.file.size_bytes for r in reports for f in r.files),
+            dead_letters=sum(r.dead_letters for r in reports),
+            ignored=sum(r.ignored for r in reports),
+            tombstones=sum(r.tombstones for r in reports),
+            write_ms=round(write_s * 1000),
+            commit_ms=round(commit_s * 1000),
+            attempts=result.attempts,
+            lag_ms=_lag_ms(reports),
+        )
+
+
+def _lag_ms(reports: Sequence[TaskReport]) -> int | None:
+    stamps = [r.max_timestamp_ms for r in reports if r.max_timestamp_ms is not None]
+    return int(time.time() * 1000) - max(stamps) if stamps else None

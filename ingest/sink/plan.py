@@ -1,0 +1,32 @@
+"""Everything an executor task needs to write a batch, shipped once per batch (pickled).
+
+Executors never connect to PostgreSQL: the driver loads each target table's metadata and sends
+it along, so a task can route rows to buckets, conform them and write files on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from catalog.meta import TableMeta
+from ingest.debezium import DecoderConfig
+
+
+class SourceFormat(StrEnum):
+    DEBEZIUM = "debezium"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    source_format: SourceFormat
+    decoder: DecoderConfig
+    tables: Mapping[str, TableMeta]
+    """Target tables that exist, by name."""
+    dead_letters: TableMeta
+    batch_id: int
+    writer: str
+    #: For plain JSON topics: topic -> table.
+    json_tables: Mapping[str, str] = field(default_factory=dict)

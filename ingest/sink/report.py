@@ -1,0 +1,78 @@
+"""What an executor task tells the driver: file metadata, schemas, offsets and counts - never rows.
+
+Each task returns one :class:`TaskReport` as a JSON string; the driver collects a handful of them
+per micro-batch and builds the single catalog commit from them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from catalog.model import DataFile
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WrittenFile(_Model):
+    table: str
+    partition_desc: str
+    file: DataFile
+
+
+class NewTable(_Model):
+    """A table the batch brings that the catalog does not have yet."""
+
+    table: str
+    kind: str  # "cdc" | "append"
+    schema_b64: str
+    primary_key: tuple[str, ...] = ()
+
+
+class TableCounts(_Model):
+    rows: int = 0
+    upserts: int = 0
+    deletes: int = 0
+
+
+class TaskReport(_Model):
+    files: list[WrittenFile] = Field(default_factory=list)
+    #: topic -> partition -> next offset (max offset seen + 1)
+    offsets: dict[str, dict[str, int]] = Field(default_factory=dict)
+    new_tables: list[NewTable] = Field(default_factory=list)
+    #: table -> the wider schema (base64 Arrow IPC) its rows were written under
+    evolved: dict[str, str] = Field(default_factory=dict)
+    counts: dict[str, TableCounts] = Field(default_factory=dict)
+    refused: list[tuple[str, str | None, str]] = Field(default_factory=list)
+    dead_letters: int = 0
+    ignored: int = 0
+    tombstones: int = 0
+    records: int = 0
+    max_timestamp_ms: int | None = None
+
+
+def merge_offsets(
+    base: dict[str, dict[str, int]], *more: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """Per topic-partition, the furthest next offset of all inputs."""
+    merged: dict[str, dict[str, int]] = defaultdict(dict)
+    for offsets in (base, *more):
+        for topic, partitions in offsets.items():
+            for partition, offset in partitions.items():
+                merged[topic][partition] = max(offset, merged[topic].get(partition, 0))
+    return {topic: dict(sorted(parts.items())) for topic, parts in sorted(merged.items())}
+
+
+def total_counts(reports: Iterable[TaskReport]) -> dict[str, TableCounts]:
+    totals: dict[str, TableCounts] = {}
+    for report in reports:
+        for table, c in report.counts.items():
+            t = totals.get(table, TableCounts())
+            totals[table] = TableCounts(
+                rows=t.rows + c.rows, upserts=t.upserts + c.upserts, deletes=t.deletes + c.deletes
+            )
+    return totals

@@ -1,0 +1,162 @@
+"""``lakestream ingest --config ingest.yaml``: the ingest job's settings.
+
+YAML gives the structure; environment variables override any field
+(``LAKESTREAM_INGEST_KAFKA__BOOTSTRAP_SERVERS=...``). Secrets (the catalog DSN, Kafka options
+such as ``sasl.password``) are ``SecretStr`` and never reach logs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from ingest.debezium import DecoderConfig
+from ingest.job import IngestJobConfig
+from ingest.sink.plan import SourceFormat
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CatalogSection(_Section):
+    dsn: SecretStr
+    warehouse: Path | None = None
+
+
+class KafkaSection(_Section):
+    bootstrap_servers: str
+    options: dict[str, SecretStr] = Field(default_factory=dict)
+    """librdkafka settings (security.protocol, sasl.*, ssl.*), passed through."""
+
+
+class SourceSection(_Section):
+    format: SourceFormat = SourceFormat.DEBEZIUM
+    topics: list[str] = Field(default_factory=list)
+    pattern: str | None = None
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+
+
+class TablesSection(_Section):
+    topic_tables: dict[str, str] = Field(default_factory=dict)
+    """topic -> namespace.table; default for Debezium: server.schema.table -> schema.table."""
+    namespaces: dict[str, str] = Field(default_factory=dict)
+    primary_keys: dict[str, list[str]] = Field(default_factory=dict)
+    hash_buckets: int = Field(default=4, ge=1, le=65536)
+    partition_by: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class SparkSection(_Section):
+    master: str = "local[2]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class IngestSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="LAKESTREAM_INGEST_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    job: str
+    catalog: CatalogSection
+    kafka: KafkaSection
+    source: SourceSection = Field(default_factory=SourceSection)
+    tables: TablesSection = Field(default_factory=TablesSection)
+    dead_letter_table: str = "lakestream.dead_letters"
+    trigger: str = "available_now"
+    """``available_now`` (drain and stop) or an interval such as ``10 seconds``."""
+    checkpoint: Path
+    spark: SparkSection = Field(default_factory=SparkSection)
+    log_level: str = "INFO"
+
+    @field_validator("job")
+    @classmethod
+    def _job_name(cls, value: str) -> str:
+        if not _JOB_NAME.fullmatch(value):
+            raise ValueError("job names are letters, digits, '_', '.', '-' (max 128)")
+        return value
+
+    @field_validator("trigger")
+    @classmethod
+    def _trigger(cls, value: str) -> str:
+        if value != "available_now" and trigger_seconds(value) is None:
+            raise ValueError("trigger is 'available_now' or '<number> seconds'")
+        return value
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> IngestSettings:
+        """Settings from a YAML file, with environment variables taking precedence."""
+        if not path.is_file():
+            raise FileNotFoundError(f"ingest config {path} does not exist")
+
+        class FromFile(cls):  # type: ignore[valid-type,misc]
+            model_config = SettingsConfigDict(**{**cls.model_config, "yaml_file": path})
+
+        settings: IngestSettings = FromFile()
+        return settings
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+    def job_config(self) -> IngestJobConfig:
+        decoder = DecoderConfig(
+            topic_tables=self.tables.topic_tables
+            if self.source.format is SourceFormat.DEBEZIUM
+            else {},
+            namespaces=self.tables.namespaces,
+            primary_keys={t: tuple(k) for t, k in self.tables.primary_keys.items()},
+        )
+        return IngestJobConfig(
+            job=self.job,
+            bootstrap_servers=self.kafka.bootstrap_servers,
+            checkpoint=self.checkpoint,
+            dead_letter_table=self.dead_letter_table,
+            source_format=self.source.format,
+            topics=tuple(self.source.topics),
+            topic_pattern=self.source.pattern,
+            decoder=decoder,
+            json_tables=self.tables.topic_tables if self.source.format is SourceFormat.JSON else {},
+            hash_buckets=self.tables.hash_buckets,
+            partition_by={t: tuple(c) for t, c in self.tables.partition_by.items()},
+            starting_offsets=self.source.starting_offsets,
+            max_offsets_per_trigger=self.source.max_offsets_per_trigger,
+            trigger_seconds=trigger_seconds(self.trigger),
+            kafka_options={k: v.get_secret_value() for k, v in self.kafka.options.items()},
+        )
+
+
+def trigger_seconds(text: str) -> float | None:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|second|seconds)\s*", text)
+    return float(match.group(1)) if match else None
+
+
+def describe(settings: IngestSettings) -> dict[str, Any]:
+    """What the job logs about its configuration: no secrets."""
+    return {
+        "job": settings.job,
+        "topics": settings.source.topics,
+        "pattern": settings.source.pattern,
+        "format": settings.source.format.value,
+        "trigger": settings.trigger,
+        "checkpoint": str(settings.checkpoint),
+        "kafka_options": sorted(settings.kafka.options),
+    }

@@ -1,0 +1,43 @@
+"""Entry point of the ingest job: settings -> catalog, Spark session -> run until done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+from pydantic import ValidationError
+
+from catalog import Catalog, CatalogError
+from ingest.errors import IngestError
+from jobs.ingest_config import IngestSettings, describe
+from jobs.logs import configure_logging
+from jobs.settings import redact_dsn
+
+
+def main(config_path: Path) -> int:
+    try:
+        settings = IngestSettings.from_yaml(config_path)
+    except (ValidationError, FileNotFoundError) as exc:
+        configure_logging()
+        structlog.get_logger("lakestream.ingest").error("bad_config", error=str(exc))
+        return 2
+    configure_logging(settings.log_level)
+    log = structlog.get_logger("lakestream.ingest")
+    dsn = settings.catalog.dsn.get_secret_value()
+    log.info("ingest_config", catalog=redact_dsn(dsn), **describe(settings))
+    from ingest.job import run_ingest
+    from ingest.spark_session import local_spark
+
+    spark = local_spark(
+        f"lakestream-{settings.job}", {"spark.master": settings.spark.master, **settings.spark.conf}
+    )
+    try:
+        with Catalog.connect(dsn, warehouse=settings.catalog.warehouse) as catalog:
+            run = run_ingest(settings.job_config(), spark, catalog)
+        log.info("ingest_finished", batches=run.batches_committed)
+        return 0
+    except (CatalogError, IngestError) as exc:
+        log.error("ingest_failed", error=str(exc), kind=type(exc).__name__)
+        return 1
+    finally:
+        spark.stop()
