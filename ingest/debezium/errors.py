@@ -9,9 +9,9 @@ fix) and, internally, to carry one message's failure to the place that files the
 
 from __future__ import annotations
 
-from ingest.errors import IngestError
-
 from enum import StrEnum
+
+from ingest.errors import IngestError
 
 
 class DebeziumError(IngestError):
