@@ -1,6 +1,7 @@
 """Errors of the Kafka source.
 
-:class:`KafkaSourceError` is the root; it descends from the package root :class:`~ingest.errors.IngestError`. Every error carries the fields a caller needs
+:class:`KafkaSourceError` is the root; it descends from the package root
+:class:`~ingest.errors.IngestError`. Every error carries the fields a caller needs
 (topic, partition, offsets) rather than only text.
 """
 
