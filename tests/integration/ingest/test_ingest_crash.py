@@ -1,0 +1,114 @@
+"""kill -9 of a running ingest job, and a lost checkpoint: nothing lost, nothing duplicated."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from catalog import Catalog, TableNotFoundError
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def write_config(path: Path, *, dsn: str, warehouse: Path, bootstrap: str, topic: str) -> Path:
+    config = {
+        "job": "clicks-job",
+        "catalog": {"dsn": dsn, "warehouse": str(warehouse)},
+        "kafka": {"bootstrap_servers": bootstrap},
+        "source": {"format": "json", "topics": [topic], "max_offsets_per_trigger": 150},
+        "tables": {"topic_tables": {topic: "logs.clicks"}},
+        "checkpoint": str(path.parent / "checkpoint"),
+        "log_level": "WARNING",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_job(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "ingest", "--config", str(config)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+
+
+def versions(catalog: Catalog) -> int:
+    try:
+        return catalog.load_table("logs.clicks").current_version()
+    except TableNotFoundError:
+        return 0
+
+
+def events(start: int, stop: int) -> list[tuple[bytes, bytes]]:
+    return [
+        (str(i).encode(), orjson.dumps({"id": i, "page": f"/p/{i % 7}"}))
+        for i in range(start, stop)
+    ]
+
+
+def ids(catalog: Catalog) -> list[int]:
+    return (
+        catalog.load_table("logs.clicks").scan(columns=["id"]).to_arrow().column("id").to_pylist()
+    )
+
+
+def test_kill_minus_nine_mid_stream_then_restart_and_lost_checkpoint(
+    catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka, tmp_path: Path
+):
+    topic = kafka.topic(partitions=2)
+    kafka.produce(topic, events(0, 900))
+    config = write_config(
+        tmp_path / "ingest.yaml",
+        dsn=catalog_dsn,
+        warehouse=warehouse,
+        bootstrap=kafka.bootstrap_servers,
+        topic=topic,
+    )
+
+    log = tmp_path / "job.log"
+    job = start_job(config, log)
+    deadline = time.monotonic() + 240
+    while versions(catalog) < 2:
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the job committed nothing in time"
+        time.sleep(0.2)
+    os.killpg(job.pid, signal.SIGKILL)  # the JVM and Python workers die mid-batch
+    job.wait(30)
+    partial = ids(catalog)
+    assert 0 < len(partial) < 900 and len(set(partial)) == len(partial)
+
+    restarted = subprocess.run(  # the same checkpoint: Spark replays the unfinished batch
+        [sys.executable, "-m", "jobs.cli", "ingest", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert restarted.returncode == 0, restarted.stderr.decode()[-3000:]
+    assert sorted(ids(catalog)) == list(range(900))
+
+    # the checkpoint is lost: the job resumes from the offsets stored with its commits
+    shutil.rmtree(tmp_path / "checkpoint")
+    kafka.produce(topic, events(900, 1100))
+    again = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "ingest", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    assert sorted(ids(catalog)) == list(range(1100))
