@@ -59,7 +59,8 @@ class TablesSection(_Section):
 
 
 class SparkSection(_Section):
-    master: str = "local[2]"
+    master: str | None = "local[2]"
+    """``null`` under spark-submit: the submitter's master and settings are used as they are."""
     conf: dict[str, str] = Field(default_factory=dict)
 
 

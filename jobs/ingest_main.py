@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import structlog
 from pydantic import ValidationError
@@ -26,11 +27,8 @@ def main(config_path: Path) -> int:
     dsn = settings.catalog.dsn.get_secret_value()
     log.info("ingest_config", catalog=redact_dsn(dsn), **describe(settings))
     from ingest.job import run_ingest
-    from ingest.spark_session import local_spark
 
-    spark = local_spark(
-        f"lakestream-{settings.job}", {"spark.master": settings.spark.master, **settings.spark.conf}
-    )
+    spark = _spark_session(settings)
     try:
         with Catalog.connect(dsn, warehouse=settings.catalog.warehouse) as catalog:
             run = run_ingest(settings.job_config(), spark, catalog)
@@ -41,3 +39,19 @@ def main(config_path: Path) -> int:
         return 1
     finally:
         spark.stop()
+
+
+def _spark_session(settings: IngestSettings) -> Any:
+    """A local session, or - with ``spark.master: null`` - the one spark-submit configured."""
+    if settings.spark.master is None:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.appName(f"lakestream-{settings.job}")
+        for key, value in settings.spark.conf.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    from ingest.spark_session import local_spark
+
+    return local_spark(
+        f"lakestream-{settings.job}", {"spark.master": settings.spark.master, **settings.spark.conf}
+    )

@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def write_config(path: Path, *, dsn: str, warehouse: Path, bootstrap: str, topic: str) -> Path:
+def write_config(
+    path: Path, *, dsn: str, warehouse: Path, bootstrap: str, topic: str, **extra: object
+) -> Path:
     config = {
         "job": "clicks-job",
         "catalog": {"dsn": dsn, "warehouse": str(warehouse)},
@@ -29,6 +31,7 @@ def write_config(path: Path, *, dsn: str, warehouse: Path, bootstrap: str, topic
         "tables": {"topic_tables": {topic: "logs.clicks"}},
         "checkpoint": str(path.parent / "checkpoint"),
         "log_level": "WARNING",
+        **extra,
     }
     path.write_text(yaml.safe_dump(config))
     return path
@@ -112,3 +115,28 @@ def test_kill_minus_nine_mid_stream_then_restart_and_lost_checkpoint(
     )
     assert again.returncode == 0, again.stderr.decode()[-3000:]
     assert sorted(ids(catalog)) == list(range(1100))
+
+
+def test_sigterm_stops_a_running_job_cleanly(
+    catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka, tmp_path: Path
+):
+    topic = kafka.topic(partitions=1)
+    kafka.produce(topic, events(0, 50))
+    config = write_config(
+        tmp_path / "ingest.yaml",
+        dsn=catalog_dsn,
+        warehouse=warehouse,
+        bootstrap=kafka.bootstrap_servers,
+        topic=topic,
+        trigger="1 seconds",
+    )
+    log = tmp_path / "job.log"
+    job = start_job(config, log)
+    deadline = time.monotonic() + 240
+    while versions(catalog) < 1:  # running, with a processing-time trigger that never ends
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(120) == 0, log.read_text()[-3000:]
+    assert sorted(ids(catalog)) == list(range(50))
