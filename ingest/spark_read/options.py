@@ -1,0 +1,130 @@
+"""Options of the ``lakestream`` batch reader, parsed and checked once at ``load()``.
+
+``versionAsOf`` and ``timestampAsOf`` carry Delta Lake's names, so a job can move between the two
+formats by changing the format name. Unknown options are refused: a misspelt ``versionAsof``
+would otherwise silently read the latest version.
+
+The catalog DSN may hold a password: it is kept as a :class:`~pydantic.SecretStr`, never logged,
+never put in a message, and never shipped to the executors (they do not connect to the catalog).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+from ingest.spark_read.errors import ReadOptionError
+
+TABLE = "table"
+PATH = "path"  # load("shop.orders") is load() with option path
+CATALOG = "catalog"
+VERSION_AS_OF = "versionAsOf"
+TIMESTAMP_AS_OF = "timestampAsOf"
+MAX_SPLIT_BYTES = "maxSplitBytes"
+
+#: Environment variable holding the DSN when the ``catalog`` option is not given (the same one
+#: the ``lakestream`` CLI reads).
+DSN_ENV = "LAKESTREAM_CATALOG_DSN"
+#: Largest plain-file group one Spark task reads, like ``spark.sql.files.maxPartitionBytes``.
+DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
+
+_KNOWN = (TABLE, PATH, CATALOG, VERSION_AS_OF, TIMESTAMP_AS_OF, MAX_SPLIT_BYTES)
+_BY_LOWER = {name.lower(): name for name in _KNOWN}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a read asks for; ``version`` and ``as_of`` are never both set."""
+
+    table: str
+    dsn: SecretStr = field(repr=False)
+    version: int | None = None
+    as_of: dt.datetime | None = None
+    max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+
+
+def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOptions:
+    """Check ``options`` (keys in any case, as Spark hands them over) and fill in defaults."""
+    given = _by_name(options)
+    version = _version(given.get(VERSION_AS_OF))
+    as_of = _timestamp(given.get(TIMESTAMP_AS_OF))
+    if version is not None and as_of is not None:
+        raise ReadOptionError(VERSION_AS_OF, f"give {VERSION_AS_OF} or {TIMESTAMP_AS_OF}, not both")
+    return ReadOptions(
+        table=_table(given),
+        dsn=_dsn(given, env),
+        version=version,
+        as_of=as_of,
+        max_split_bytes=_positive(MAX_SPLIT_BYTES, given.get(MAX_SPLIT_BYTES))
+        or DEFAULT_MAX_SPLIT_BYTES,
+    )
+
+
+def _by_name(options: Mapping[str, str]) -> dict[str, str]:
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        name = _BY_LOWER.get(key.lower())
+        if name is None:
+            known = ", ".join(n for n in _KNOWN if n != PATH)
+            raise ReadOptionError(key, f"unknown option (known: {known})")
+        given[name] = value
+    return given
+
+
+def _table(given: Mapping[str, str]) -> str:
+    table, path = given.get(TABLE, "").strip(), given.get(PATH, "").strip()
+    if table and path and table.lower() != path.lower():
+        raise ReadOptionError(TABLE, f"load({path!r}) names another table than option table")
+    name = table or path
+    if not name:
+        raise ReadOptionError(TABLE, "required: the table to read, e.g. 'shop.orders'")
+    return name
+
+
+def _dsn(given: Mapping[str, str], env: Mapping[str, str]) -> SecretStr:
+    dsn = given.get(CATALOG) or env.get(DSN_ENV)
+    if not dsn:
+        raise ReadOptionError(
+            CATALOG, f"required: the catalog's PostgreSQL DSN (or set {DSN_ENV} for the driver)"
+        )
+    return SecretStr(dsn)
+
+
+def _version(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        version = int(text.strip())
+    except ValueError:
+        raise ReadOptionError(VERSION_AS_OF, f"not a table version: {text!r}") from None
+    if version < 0:
+        raise ReadOptionError(VERSION_AS_OF, f"versions start at 0, not {version}")
+    return version
+
+
+def _timestamp(text: str | None) -> dt.datetime | None:
+    """ISO-8601 text; without an offset the time is UTC (the catalog's clock), not local."""
+    if text is None:
+        return None
+    try:
+        at = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ReadOptionError(
+            TIMESTAMP_AS_OF, f"not an ISO-8601 time: {text!r} (e.g. 2026-11-22T10:15:00+00:00)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
+
+
+def _positive(option: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ReadOptionError(option, f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise ReadOptionError(option, f"must be positive, not {value}")
+    return value

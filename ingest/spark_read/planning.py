@@ -1,0 +1,98 @@
+"""Spark input partitions of one table version, planned once on the driver.
+
+* A partition needing merge-on-read (a CDC bucket holding several runs) is ONE input partition:
+  the newest change of a key may sit in any run, so the runs of a bucket are merged on one
+  executor, whole.
+* A plain partition (an append table's partition, a compacted bucket) is split into groups of
+  consecutive files of at most ``max_split_bytes`` (a larger file is a group of its own), after
+  files whose statistics exclude the filter have been left out.
+
+Each input partition carries everything its executor needs - the table location and schema,
+primary key, sequence column, the files as :class:`~catalog.model.DataFile` JSON, the columns and
+the pushed predicates - so executors never connect to the catalog, and every task reads the same
+version: the one resolved once on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from catalog.files.pruning import Predicate, may_contain
+from catalog.model import DataFile
+from catalog.planning import PartitionScan
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What every task of one read shares."""
+
+    table: str
+    version: int
+    location: str
+    schema: pa.Schema
+    """The table's current schema: files written under older schemas are read under it."""
+    primary_key: tuple[str, ...]
+    sequence_column: str | None
+    columns: tuple[str, ...]
+    """Table columns in the order of the Spark schema."""
+    predicates: tuple[Predicate, ...]
+    """Filters Spark pushed and left to the reader: they must filter rows exactly."""
+    output: pa.Schema
+    """The Arrow form of the Spark schema: batches must match it exactly."""
+
+
+@dataclass(frozen=True)
+class LakestreamPartition(InputPartition):
+    """One Spark task: a merged bucket, or a group of plain files of one partition."""
+
+    spec: ReadSpec
+    partition_desc: str
+    files: tuple[str, ...]
+    """DataFile JSON, in commit order (for a merge: oldest run first)."""
+    merge: bool
+
+    def data_files(self) -> list[DataFile]:
+        return [DataFile.model_validate_json(f) for f in self.files]
+
+
+def input_partitions(
+    spec: ReadSpec, partitions: Iterable[PartitionScan], max_split_bytes: int
+) -> list[LakestreamPartition]:
+    """The input partitions of the (already pruned) partitions of a scan plan."""
+    found: list[LakestreamPartition] = []
+    for part in partitions:
+        if part.merge:
+            found.append(_partition(spec, part, part.files, merge=True))
+            continue
+        files = [f for f in part.files if may_contain(f, spec.predicates, spec.schema)]
+        for group in split_files(files, max_split_bytes):
+            found.append(_partition(spec, part, group, merge=False))
+    return found
+
+
+def split_files(files: Sequence[DataFile], max_bytes: int) -> list[list[DataFile]]:
+    """Consecutive files grouped greedily into groups of at most ``max_bytes`` (order kept)."""
+    groups: list[list[DataFile]] = []
+    size = 0
+    for file in files:
+        if not groups or size + file.size_bytes > max_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(file)
+        size += file.size_bytes
+    return groups
+
+
+def _partition(
+    spec: ReadSpec, part: PartitionScan, files: Sequence[DataFile], *, merge: bool
+) -> LakestreamPartition:
+    return LakestreamPartition(
+        spec=spec,
+        partition_desc=part.partition_desc,
+        files=tuple(f.model_dump_json() for f in files),
+        merge=merge,
+    )
