@@ -665,24 +665,22 @@ class Table:
 
     def widen_column(self, name: str, arrow_type: pa.DataType) -> Table:
         """Widen a column's type (int32 -> int64, float32 -> float64, larger decimal, ...)."""
-        self.refresh()
-        index = self.schema.get_field_index(name)
-        if index < 0:
-            raise SchemaError(
-                f"column {name!r} is not in {self.name}", table=self.name, column=name
-            )
+        index = self._column_index(name)
         field = self.schema.field(index)
         return self.evolve_schema(self.schema.set(index, field.with_type(arrow_type)))
 
     def drop_column(self, name: str) -> Table:
         """Drop a column (its name can never be reused in this table)."""
+        return self.evolve_schema(self.schema.remove(self._column_index(name)), allow_drop=True)
+
+    def _column_index(self, name: str) -> int:
         self.refresh()
         index = self.schema.get_field_index(name)
         if index < 0:
             raise SchemaError(
                 f"column {name!r} is not in {self.name}", table=self.name, column=name
             )
-        return self.evolve_schema(self.schema.remove(index), allow_drop=True)
+        return int(index)
 
     def describe(self) -> dict[str, Any]:
         meta = self.meta

@@ -55,6 +55,15 @@ def versions(catalog: Catalog) -> int:
         return 0
 
 
+def wait_for_versions(catalog: Catalog, job: subprocess.Popen[bytes], log: Path, n: int) -> None:
+    """Until the running job has committed ``n`` versions (it must not die meanwhile)."""
+    deadline = time.monotonic() + 240
+    while versions(catalog) < n:
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the job committed nothing in time"
+        time.sleep(0.2)
+
+
 def events(start: int, stop: int) -> list[tuple[bytes, bytes]]:
     return [
         (str(i).encode(), orjson.dumps({"id": i, "page": f"/p/{i % 7}"}))
@@ -83,11 +92,7 @@ def test_kill_minus_nine_mid_stream_then_restart_and_lost_checkpoint(
 
     log = tmp_path / "job.log"
     job = start_job(config, log)
-    deadline = time.monotonic() + 240
-    while versions(catalog) < 2:
-        assert job.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the job committed nothing in time"
-        time.sleep(0.2)
+    wait_for_versions(catalog, job, log, 2)
     os.killpg(job.pid, signal.SIGKILL)  # the JVM and Python workers die mid-batch
     job.wait(30)
     partial = ids(catalog)
@@ -132,11 +137,7 @@ def test_sigterm_stops_a_running_job_cleanly(
     )
     log = tmp_path / "job.log"
     job = start_job(config, log)
-    deadline = time.monotonic() + 240
-    while versions(catalog) < 1:  # running, with a processing-time trigger that never ends
-        assert job.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_for_versions(catalog, job, log, 1)  # running, under a trigger that never ends
     job.send_signal(signal.SIGTERM)
     assert job.wait(120) == 0, log.read_text()[-3000:]
     assert sorted(ids(catalog)) == list(range(50))
