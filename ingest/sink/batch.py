@@ -129,6 +129,7 @@ class BatchSink:
             batch_id=batch_id,
             writer=self.settings.writer_id,
             json_tables=self.settings.json_tables,
+            log_level=_effective_level(),
         )
 
     def _dead_letter_table(self) -> TableMeta:
@@ -261,6 +262,16 @@ class BatchSink:
             attempts=result.attempts,
             lag_ms=_lag_ms(reports),
         )
+
+
+def _effective_level() -> str:
+    """The level the driver's structlog filters at, for the workers to use too."""
+    import logging
+
+    for level in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        if log.is_enabled_for(logging.getLevelNamesMapping()[level]):
+            return level
+    return "ERROR"
 
 
 def _lag_ms(reports: Sequence[TaskReport]) -> int | None:

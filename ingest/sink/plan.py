@@ -30,3 +30,5 @@ class SinkPlan:
     writer: str
     #: For plain JSON topics: topic -> table.
     json_tables: Mapping[str, str] = field(default_factory=dict)
+    #: The driver's log level, applied in the Python workers (they do not inherit its config).
+    log_level: str = "INFO"

@@ -30,6 +30,7 @@ from ingest.debezium import (
     RawRecord,
     decode_records,
 )
+from ingest.logs import configure_worker_logging
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import NewTable, TableCounts, TaskReport, WrittenFile
 
@@ -44,6 +45,7 @@ DEAD_LETTER_SCHEMA = pa.schema([
 
 def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: all of one task's Kafka rows in, one report row out."""
+    configure_worker_logging(plan.log_level)
     log = structlog.get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
     records = list(_records(batches))
     stamps = [r.timestamp_ms for r in records if r.timestamp_ms is not None]
@@ -62,7 +64,10 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
 
 def _records(batches: Iterable[pa.RecordBatch]) -> Iterator[RawRecord]:
     for batch in batches:
-        stamps = pc.cast(batch.column("timestamp"), pa.int64()).to_pylist()
+        # Kafka timestamps are milliseconds; the column's unit is the source's business
+        stamps = pc.cast(
+            pc.cast(batch.column("timestamp"), pa.timestamp("ms")), pa.int64()
+        ).to_pylist()
         yield from (
             RawRecord(topic=t, partition=p, offset=o, key=k, value=v, timestamp_ms=ts)
             for t, p, o, k, v, ts in zip(
