@@ -13,6 +13,7 @@ raw key and value, its topic, partition and offset, a reason and the error text.
 
 from __future__ import annotations
 
+import base64
 import struct
 from collections.abc import Iterable
 
@@ -56,6 +57,16 @@ def table_schemas(batch: DecodedBatch) -> dict[str, pa.Schema]:
     return schemas
 
 
+#: What Debezium sends for an unchanged TOASTed column under REPLICA IDENTITY DEFAULT.
+UNAVAILABLE_MARKER = b"__debezium_unavailable_value"
+UNAVAILABLE_MARKER_B64 = base64.b64encode(UNAVAILABLE_MARKER)
+UNAVAILABLE_HELP = (
+    "the event holds Debezium's placeholder for an unchanged large (TOASTed) column; applying "
+    "it would overwrite the stored value. Set REPLICA IDENTITY FULL on the source table (or "
+    "Debezium's unavailable.value.placeholder handling) and replay this record"
+)
+
+
 class _Batch:
     def __init__(self, config: DecoderConfig) -> None:
         self.config = config
@@ -78,6 +89,11 @@ class _Batch:
                 self.ignored += 1
             else:
                 self._dead(record, DeadLetterReason.UNMAPPED_TOPIC, route.error or "", None)
+            return
+        if UNAVAILABLE_MARKER in value or UNAVAILABLE_MARKER_B64 in value:
+            # Writing the placeholder would overwrite the real value in the lake; the whole
+            # change is kept aside instead, never applied half or silently.
+            self._dead(record, DeadLetterReason.UNAVAILABLE_VALUE, UNAVAILABLE_HELP, table)
             return
         try:
             document = orjson.loads(value)

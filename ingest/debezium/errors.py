@@ -43,6 +43,8 @@ class DeadLetterReason(StrEnum):
     TYPE_MISMATCH = "type_mismatch"
     BAD_POSITION = "bad_position"
     UNMAPPED_TOPIC = "unmapped_topic"
+    UNAVAILABLE_VALUE = "unavailable_value"
+    """An update left a large (TOASTed) column out: Debezium sent a placeholder, not the value."""
 
 
 class MessageError(DebeziumError):

@@ -99,6 +99,9 @@ _PRIMITIVES: dict[str, Callable[[], Codec]] = {
     "int16": lambda: IntCodec(pa.int16()),
     "int32": lambda: IntCodec(pa.int32()),
     "int64": lambda: IntCodec(pa.int64()),
+    # Kafka Connect's JsonConverter names FLOAT32/FLOAT64 "float"/"double" in embedded schemas
+    "float": lambda: FloatCodec(pa.float32()),
+    "double": lambda: FloatCodec(pa.float64()),
     "float32": lambda: FloatCodec(pa.float32()),
     "float64": lambda: FloatCodec(pa.float64()),
     "boolean": BoolCodec,

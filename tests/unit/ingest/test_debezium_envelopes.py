@@ -122,7 +122,7 @@ def test_dead_letters_keep_the_raw_bytes_for_replay() -> None:
 
 
 def test_nan_float_written_as_text_by_jackson_is_accepted() -> None:
-    columns = [*CUSTOMER_FIELDS, field("score", "float64")]
+    columns = [*CUSTOMER_FIELDS, field("score", "double")]
     bodies = [
         payload("c", after={**customer(i), "score": score}, source=pg_source(i + 1))
         for i, score in enumerate(["NaN", 1.5, None])
