@@ -126,6 +126,9 @@ class TableCommit(_Frozen):
         return value
 
 
+_ANONYMOUS_PREFIX = "anon-"
+
+
 class IdempotencyKey(_Frozen):
     """(writer id, batch id): the same key committed twice yields the first commit."""
 
@@ -134,7 +137,11 @@ class IdempotencyKey(_Frozen):
 
     @classmethod
     def anonymous(cls) -> IdempotencyKey:
-        return cls(writer_id=f"anon-{uuid.uuid4()}", batch_id=0)
+        return cls(writer_id=f"{_ANONYMOUS_PREFIX}{uuid.uuid4()}", batch_id=0)
+
+    @property
+    def is_anonymous(self) -> bool:
+        return self.writer_id.startswith(_ANONYMOUS_PREFIX)
 
 
 class CommitRequest(_Frozen):

@@ -60,7 +60,7 @@ def test_connection_dies_during_commit(catalog_dsn, warehouse, proxy, delivered)
     cat.close()
 
 
-def test_replayed_batch_returns_the_first_commit(catalog: Catalog):
+def test_replayed_batch_returns_the_first_commit(catalog: Catalog, catalog_dsn: str):
     table = catalog.create_table("logs.events", SCHEMA)
     key = IdempotencyKey(writer_id="job-1", batch_id=1)
     first = table.commit(CommitOp.APPEND, [adds("", "a")], key=key, source_offsets={"t": {"0": 5}})
@@ -70,6 +70,9 @@ def test_replayed_batch_returns_the_first_commit(catalog: Catalog):
     progress = catalog.writer_progress("job-1")
     assert progress.batch_id == 1 and progress.source_offsets == {"t": {"0": 5}}
     assert progress.table_ids == [table.meta.table_id]
+    table.commit(CommitOp.APPEND, [adds("", "one-off")])  # anonymous: no progress row kept
+    with psycopg.connect(catalog_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM writer_progress").fetchone() == (1,)
 
 
 def test_a_key_reused_for_another_table_is_refused(catalog: Catalog):
