@@ -1,0 +1,232 @@
+"""Shared pieces of the upsert and read benchmarks: the workload, a throwaway catalog, figures.
+
+Both benchmarks run lakestream and deltalake on the *same* generated change batches, so the
+systems differ only in how they store and merge them. Run the benchmarks as modules from the
+repository root (``python -m bench.upsert.run``) so that this module imports as ``bench.common``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import structlog
+from deltalake import DeltaTable
+
+from catalog import Catalog
+from jobs.localpg import LocalPostgres
+
+#: A realistic order row: a key, two strings, a float, an int and a timestamp.
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("customer", pa.string()),
+        pa.field("status", pa.string()),
+        pa.field("amount", pa.float64()),
+        pa.field("quantity", pa.int32()),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+PRIMARY_KEY = ["id"]
+_STATUSES = np.array(["new", "paid", "shipped", "delivered", "returned", "cancelled"])
+_EPOCH_US = 1_700_000_000_000_000
+_BENCH_DB = "bench"
+
+
+def quiet_logging() -> None:
+    """Drop the catalog's one-info-line-per-commit: printing it would be timed with the commit."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+# ------------------------------------------------------------------------------- workload
+
+
+def payload(keys: np.ndarray, rng: np.random.Generator, batch: int) -> pa.Table:
+    """Rows for ``keys`` with random values; ``updated_at`` grows with the batch number."""
+    n = len(keys)
+    customers = np.char.add("customer-", rng.integers(0, 10**7, n).astype(str))
+    stamps = _EPOCH_US + batch * 1_000_000 + np.arange(n)
+    return pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "customer": pa.array(customers),
+            "status": pa.array(_STATUSES[rng.integers(0, len(_STATUSES), n)]),
+            "amount": pa.array(np.round(rng.random(n) * 1000, 2)),
+            "quantity": pa.array(rng.integers(1, 100, n, dtype=np.int32)),
+            "updated_at": pa.array(stamps, pa.timestamp("us", tz="UTC")),
+        },
+        schema=SCHEMA,
+    )
+
+
+def change_batches(batches: int, rows: int, update_share: float, seed: int = 42) -> list[pa.Table]:
+    """``batches`` upsert batches of ``rows`` distinct keys each.
+
+    The first batch inserts only (nothing exists yet); in every later one ``update_share`` of
+    the rows update keys drawn uniformly from all keys inserted before (a realistic CDC stream
+    touches old rows too, which is what makes copy-on-write merges expensive), the rest insert
+    new keys. Keys are distinct within a batch, as a MERGE source must be. Rows come shuffled,
+    as they would from a topic.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    next_key = 0
+    for batch in range(batches):
+        updates = 0 if batch == 0 else min(int(rows * update_share), next_key)
+        old = rng.choice(next_key, updates, replace=False) if updates else np.zeros(0, np.int64)
+        new = np.arange(next_key, next_key + rows - updates)
+        next_key += rows - updates
+        keys = rng.permutation(np.concatenate([old, new]).astype(np.int64))
+        out.append(payload(keys, rng, batch))
+    return out
+
+
+def expected_final(batches: Sequence[pa.Table]) -> int:
+    """Distinct keys after applying every batch (the row count both systems must end with)."""
+    return len(np.unique(np.concatenate([b.column("id").to_numpy() for b in batches])))
+
+
+# ------------------------------------------------------------------------------- delta-rs
+
+
+def delta_create(path: Path) -> DeltaTable:
+    """An empty Delta table of :data:`SCHEMA` (default settings: checkpoint every 100 commits)."""
+    return DeltaTable.create(str(path), SCHEMA)
+
+
+def delta_upsert(table: DeltaTable, batch: pa.Table) -> None:
+    """One MERGE, the way delta-rs documents an upsert; the handle follows the new version."""
+    (
+        table.merge(batch, predicate="t.id = s.id", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
+def same_rows(left: pa.Table, right: pa.Table) -> bool:
+    """Whether two results hold the same rows (order and string/timestamp flavours aside)."""
+    a = left.select(SCHEMA.names).cast(SCHEMA).sort_by("id")
+    b = right.select(SCHEMA.names).cast(SCHEMA).sort_by("id")
+    return bool(a.equals(b))
+
+
+# ------------------------------------------------------------------------------- catalog
+
+
+@contextmanager
+def bench_catalog(warehouse: Path) -> Iterator[tuple[Catalog, str]]:
+    """A catalog on a throwaway PostgreSQL server (fsync off, see jobs.localpg), and its version."""
+    pg = LocalPostgres.start()
+    try:
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {_BENCH_DB}")
+            row = conn.execute("SHOW server_version").fetchone()
+        catalog = Catalog.connect(pg.dsn(_BENCH_DB), warehouse=warehouse)
+        try:
+            yield catalog, str(row[0]) if row else "?"
+        finally:
+            catalog.close()
+    finally:
+        pg.stop()
+
+
+# ------------------------------------------------------------------------------- figures
+
+
+def percentile_ms(seconds: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(seconds), q)) * 1000 if seconds else float("nan")
+
+
+def median_ms(seconds: Sequence[float]) -> float:
+    return percentile_ms(seconds, 50)
+
+
+def timed(fn: Callable[..., object], *args: object) -> float:
+    """Wall seconds of one call (perf_counter: monotonic, highest resolution)."""
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What is needed to judge or repeat the figures, captured at the start of a run."""
+
+    command: str
+    started: dt.datetime
+    load_at_start: str
+    pg_version: str
+
+    def lines(self, load_at_end: str) -> list[str]:
+        versions = ", ".join(f"{p} {_version(p)}" for p in ("deltalake", "pyarrow", "numpy"))
+        return [
+            f"- command: `{self.command}`",
+            f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {_git_head()}",
+            f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {_ram_gib():.0f} GiB RAM, "
+            f"{platform.system()} {platform.release()}",
+            f"- PostgreSQL {self.pg_version} (jobs.localpg: fsync off, synchronous_commit off), "
+            f"Python {platform.python_version()}, {versions}",
+            f"- load average (1/5/15 min; 2 cores, shared with other sessions): "
+            f"{self.load_at_start} at start, {load_at_end} at end",
+        ]
+
+
+def environment(module: str, argv: Sequence[str], pg_version: str) -> Environment:
+    command = " ".join(["python -m", module, *argv])
+    return Environment(command, dt.datetime.now(dt.UTC), load_average(), pg_version)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git_head() -> str:
+    found = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+        check=False,
+    )
+    return found.stdout.strip() or "unknown"
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def _ram_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / 1024**2
+    return 0.0

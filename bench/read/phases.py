@@ -1,0 +1,93 @@
+"""Where a full ``Table.scan(...).to_arrow()`` spends its time, for either layout.
+
+``Scan.to_arrow`` is one call; these functions repeat its steps (for an unfiltered read of all
+columns) with the package's own functions and time each one, so a missed goal can be traced to
+decoding more rows, to the merge kernel, or to assembling the result. Decoding of runs calls the
+reader's private ``_read_runs`` because that is exactly what ``read_merged`` does (threaded, one
+task per run); re-implementing it here would time something else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import pyarrow as pa
+
+from catalog import DataFile, Table
+from catalog.files.merge import merge_runs
+from catalog.files.reader import DEFAULT_BATCH_ROWS, _read_runs, read_files
+
+#: Phase name -> what it covers, in the order a scan runs them.
+PHASES = {
+    "plan": "reload metadata, resolve and plan the version (`Table.scan`: catalog queries)",
+    "decode": "read and decode the Parquet files (runs: a bucket's runs on a thread pool)",
+    "merge": "runs only: last change per key, keep each run's winners (`merge_runs`)",
+    "assemble": "result batches, cast check, one Arrow table (`Table.from_batches`)",
+    "total": "sum of the phases",
+}
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def run(self, phase: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+        return result
+
+    def result(self) -> dict[str, float]:
+        return {**self.seconds, "total": sum(self.seconds.values())}
+
+
+def merged_phases(table: Table, version: int) -> dict[str, float]:
+    """``Table.scan(version=...).to_arrow()`` of merge-on-read buckets, phase by phase."""
+    clock = _Clock()
+    scan = clock.run("plan", table.scan, version=version)
+    meta = scan.meta
+    batches: list[pa.RecordBatch] = []
+    for part in scan.partitions():
+        paths = [str(Path(meta.location) / f.path) for f in part.files]
+        runs = clock.run("decode", _read_runs, paths, meta.schema, None)
+        merged = clock.run(
+            "merge", merge_runs, runs, meta.primary_key, meta.sequence_column, ordered=False
+        )
+        batches += clock.run("assemble", _out_batches, merged, scan.schema)
+    clock.run("assemble", pa.Table.from_batches, batches, schema=scan.schema)
+    return clock.result()
+
+
+def compacted_phases(table: Table, version: int) -> dict[str, float]:
+    """``Table.scan(version=...).to_arrow()`` of plain (compacted) buckets, phase by phase."""
+    clock = _Clock()
+    scan = clock.run("plan", table.scan, version=version)
+    meta = scan.meta
+    batches: list[pa.RecordBatch] = []
+    for part in scan.partitions():
+        batches += clock.run("decode", _decode_plain, meta.location, part.files, meta.schema)
+    batches = clock.run("assemble", _conform, batches, scan.schema)
+    clock.run("assemble", pa.Table.from_batches, batches, schema=scan.schema)
+    return clock.result()
+
+
+def _decode_plain(
+    location: str, files: Sequence[DataFile], schema: pa.Schema
+) -> list[pa.RecordBatch]:
+    return list(read_files(location, files, schema))
+
+
+def _out_batches(merged: pa.Table, schema: pa.Schema) -> list[pa.RecordBatch]:
+    batches = merged.select(schema.names).to_batches(max_chunksize=DEFAULT_BATCH_ROWS)
+    return _conform(batches, schema)
+
+
+def _conform(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
+    """What ``Scan.to_batches`` does to every batch: cast unless the schema already matches."""
+    return [b if b.schema.equals(schema) else b.cast(schema) for b in batches]
