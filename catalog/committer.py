@@ -2,9 +2,9 @@
 
 A commit happens in two transactions, after the data files are written:
 
-1. **prepare** - insert the commit's file ops into ``data_commit_info`` (``committed = false``).
-   Nothing is visible to readers yet, but a writer that dies from here on leaves rows that name
-   its files, so maintenance can find them.
+1. **prepare** - insert the commit's file ops into ``data_commit_info``. Nothing is visible to
+   readers yet, but a writer that dies from here on leaves rows that name its files (rows whose
+   commit id never got a ``commit_key`` row), so maintenance can find them.
 2. **publish** - lock the ``table_head`` row of every touched table (in table-id order, so
    multi-table commits never deadlock), then for every touched partition read what landed since
    the commit's base version, resolve it by the conflict matrix, insert the next partition
@@ -115,8 +115,7 @@ class Committer:
         unknown = False
         for attempt in self._policy.attempts_iter():
             try:
-                self._prepare(request, metas, commit_id)
-                result = self._publish(request, metas, commit_id)
+                result = self._prepare_and_publish(request, metas, commit_id)
                 return result.model_copy(update={"attempts": attempt})
             except (CommitConflict, CommitRejected):
                 # definitely not landed: the caller may commit the same files again, so the
@@ -145,12 +144,23 @@ class Committer:
         with self._store.connection() as conn, translate_errors():
             return _find_key(conn, key)
 
+    def _prepare_and_publish(
+        self, request: CommitRequest, metas: Mapping[str, TableMeta], commit_id: uuid.UUID
+    ) -> CommitResult:
+        with self._store.connection() as conn:  # one checkout (and pool check) for both
+            self._prepare(conn, request, metas, commit_id)
+            return self._publish(conn, request, metas, commit_id)
+
     # -- prepare -----------------------------------------------------------------------------
 
     def _prepare(
-        self, request: CommitRequest, metas: Mapping[str, TableMeta], commit_id: uuid.UUID
+        self,
+        conn: psycopg.Connection[DictRow],
+        request: CommitRequest,
+        metas: Mapping[str, TableMeta],
+        commit_id: uuid.UUID,
     ) -> None:
-        with self._store.connection() as conn, translate_errors(), conn.transaction():
+        with translate_errors(), conn.transaction():
             for tc in request.tables:
                 conn.execute(
                     query("insert_data_commits"),
@@ -181,19 +191,22 @@ class Committer:
     # -- publish -----------------------------------------------------------------------------
 
     def _publish(
-        self, request: CommitRequest, metas: Mapping[str, TableMeta], commit_id: uuid.UUID
+        self,
+        conn: psycopg.Connection[DictRow],
+        request: CommitRequest,
+        metas: Mapping[str, TableMeta],
+        commit_id: uuid.UUID,
     ) -> CommitResult:
-        with self._store.connection() as conn:
-            sent = False
-            try:
-                with translate_errors(), conn.transaction():
-                    result = _Publication(conn, request, metas, commit_id).run()
-                    sent = True  # leaving this block sends COMMIT
-                return result
-            except TransientStoreError as exc:
-                if sent and not isinstance(exc, LockBusy):
-                    raise _CommitSent(exc) from exc
-                raise
+        sent = False
+        try:
+            with translate_errors(), conn.transaction():
+                result = _Publication(conn, request, metas, commit_id).run()
+                sent = True  # leaving this block sends COMMIT
+            return result
+        except TransientStoreError as exc:
+            if sent and not isinstance(exc, LockBusy):
+                raise _CommitSent(exc) from exc
+            raise
 
     def _resolve_after_failure(
         self, request: CommitRequest, metas: Mapping[str, TableMeta]
@@ -491,7 +504,6 @@ class _Publication:
             "commit_id": self.commit_id,
             "table_version": table_version,
         }
-        self.conn.execute(query("mark_committed"), params)
         self.conn.execute(query("insert_table_partitions"), params)
         return {r["partition_desc"]: r["version"] for r in rows}
 

@@ -79,16 +79,13 @@ WHERE table_id = %(table_id)s AND partition_desc = %(partition_desc)s
   AND commit_id = %(commit_id)s
 
 -- name: forget_prepared
-DELETE FROM data_commit_info
-WHERE table_id = ANY(%(table_ids)s) AND commit_id = %(commit_id)s AND NOT committed
+DELETE FROM data_commit_info d
+WHERE d.table_id = ANY(%(table_ids)s) AND d.commit_id = %(commit_id)s
+  AND NOT EXISTS (SELECT 1 FROM commit_key k WHERE k.commit_id = d.commit_id)
 
 -- name: forget_partitions
 DELETE FROM data_commit_info
 WHERE table_id = %(table_id)s AND commit_id = %(commit_id)s AND partition_desc = ANY(%(descs)s)
-
--- name: mark_committed
-UPDATE data_commit_info SET committed = true
-WHERE table_id = %(table_id)s AND partition_desc = ANY(%(descs)s) AND commit_id = %(commit_id)s
 
 -- name: insert_partition_version
 INSERT INTO partition_info (table_id, partition_desc, version, table_version, commit_op,
@@ -197,10 +194,13 @@ FROM table_version WHERE table_id = %(table_id)s
 ORDER BY version DESC LIMIT %(limit)s
 
 -- name: pending_data_commits
--- Commit rows that were written but never published, older than a grace period.
-SELECT table_id, partition_desc, commit_id, commit_op, file_ops, created_at
-FROM data_commit_info WHERE NOT committed AND created_at < %(before)s
-ORDER BY created_at
+-- Commit rows that were prepared but never published (no commit_key row), older than a grace
+-- period.
+SELECT d.table_id, d.partition_desc, d.commit_id, d.commit_op, d.file_ops, d.created_at
+FROM data_commit_info d
+WHERE d.created_at < %(before)s
+  AND NOT EXISTS (SELECT 1 FROM commit_key k WHERE k.commit_id = d.commit_id)
+ORDER BY d.created_at
 
 -- name: cleanup_files
 SELECT table_id, path, reason, commit_id, recorded_at FROM cleanup_file

@@ -93,7 +93,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     from tests.fixtures.commits import adds
 
     class DiesBeforePublishing(Committer):
-        def _publish(self, request, metas, commit_id):
+        def _publish(self, conn, request, metas, commit_id):
             os.kill(os.getpid(), signal.SIGKILL)
 
     cat = Catalog.connect(sys.argv[1])
