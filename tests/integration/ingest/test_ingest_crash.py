@@ -48,6 +48,18 @@ def start_job(config: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def run_to_end(config: Path) -> None:
+    """Run the job in the foreground until AvailableNow has drained the topic."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "ingest", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+
 def versions(catalog: Catalog) -> int:
     try:
         return catalog.load_table("logs.clicks").current_version()
@@ -98,27 +110,13 @@ def test_kill_minus_nine_mid_stream_then_restart_and_lost_checkpoint(
     partial = ids(catalog)
     assert 0 < len(partial) < 900 and len(set(partial)) == len(partial)
 
-    restarted = subprocess.run(  # the same checkpoint: Spark replays the unfinished batch
-        [sys.executable, "-m", "jobs.cli", "ingest", "--config", str(config)],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert restarted.returncode == 0, restarted.stderr.decode()[-3000:]
+    run_to_end(config)  # the same checkpoint: Spark replays the unfinished batch
     assert sorted(ids(catalog)) == list(range(900))
 
     # the checkpoint is lost: the job resumes from the offsets stored with its commits
     shutil.rmtree(tmp_path / "checkpoint")
     kafka.produce(topic, events(900, 1100))
-    again = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "ingest", "--config", str(config)],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    run_to_end(config)
     assert sorted(ids(catalog)) == list(range(1100))
 
 
