@@ -33,7 +33,9 @@ def _read(pid: int) -> tuple[str, int, float] | None:
     return name, int(fields[1]), ticks / _TICK
 
 
-def _component(pid: int, name: str, root: int) -> str:
+def _component(pid: int, name: str, root: int, parent: str) -> str:
+    """What a process is; one that cannot tell (a worker that exited and awaits its parent's
+    wait(), whose command line reads empty) counts with its parent, the worker daemon."""
     if pid == root:
         return "driver"
     if name == "java":
@@ -43,8 +45,10 @@ def _component(pid: int, name: str, root: int) -> str:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return "other"
-    return "python workers" if b"pyspark" in cmdline else "other"
+        cmdline = b""
+    if b"pyspark" in cmdline:
+        return "python workers"
+    return parent if not cmdline and parent != "driver" else "other"
 
 
 def snapshot(root: int | None = None) -> dict[str, float]:
@@ -57,17 +61,18 @@ def snapshot(root: int | None = None) -> dict[str, float]:
             if found is not None:
                 processes[int(entry.name)] = found
     children: dict[int, list[int]] = defaultdict(list)
-    for pid, (_, parent, _) in processes.items():
-        children[parent].append(pid)
+    for pid, (_, parent_pid, _) in processes.items():
+        children[parent_pid].append(pid)
     totals = dict.fromkeys(COMPONENTS, 0.0)
-    stack = [root]
+    stack = [(root, "other")]
     while stack:
-        pid = stack.pop()
+        pid, parent = stack.pop()
         if pid not in processes:
             continue
         name, _, seconds = processes[pid]
-        totals[_component(pid, name, root)] += seconds
-        stack.extend(children.get(pid, ()))
+        component = _component(pid, name, root, parent)
+        totals[component] += seconds
+        stack.extend((child, component) for child in children.get(pid, ()))
     return totals
 
 

@@ -156,7 +156,7 @@ def _cpu(results: Results) -> list[str]:
     """CPU seconds by component (the run with the median total), a load-robust view."""
     lines = [
         "CPU time by process (from /proc; less sensitive to the machine's load than wall time; "
-        "`busy cores` = CPU / wall):",
+        "`busy cores` = CPU / wall; the total includes processes of no listed kind):",
         "",
         "| pipeline | driver s | JVM s | Python workers s | broker s | total CPU s | "
         "CPU µs/event | busy cores |",
