@@ -11,7 +11,6 @@ import datetime as dt
 import logging
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +25,7 @@ import pyarrow as pa
 import structlog
 from deltalake import DeltaTable
 
+from bench.machine import cpu_model, git_head, ram_gib
 from catalog import Catalog
 from jobs.localpg import LocalPostgres
 
@@ -185,8 +185,8 @@ class Environment:
         versions = ", ".join(f"{p} {_version(p)}" for p in ("deltalake", "pyarrow", "numpy"))
         return [
             f"- command: `{self.command}`",
-            f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {_git_head()}",
-            f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {_ram_gib():.0f} GiB RAM, "
+            f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {git_head()}",
+            f"- machine: {os.cpu_count()} CPUs ({cpu_model()}), {ram_gib():.0f} GiB RAM, "
             f"{platform.system()} {platform.release()}",
             f"- PostgreSQL {self.pg_version} (jobs.localpg: fsync off, synchronous_commit off), "
             f"Python {platform.python_version()}, {versions}",
@@ -205,28 +205,3 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
-
-
-def _git_head() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-        check=False,
-    )
-    return found.stdout.strip() or "unknown"
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def _ram_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) / 1024**2
-    return 0.0

@@ -16,7 +16,6 @@ import datetime as dt
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -28,6 +27,9 @@ from report import SystemResult, detail_lines, goal_lines, mode_table, ratio_lin
 from systems import SYSTEM_NAMES, get_system
 
 from jobs.localpg import LocalPostgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: repo root
+from bench.machine import cpu_model, git_head, ram_gib
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -111,8 +113,8 @@ def environment_lines(args: argparse.Namespace, env: Env) -> list[str]:
     versions = [get_system(name).version() for name in SYSTEM_NAMES]
     return [
         f"- command: `python bench/commit/run.py {' '.join(_argv_text(args))}`",
-        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; lakestream commit {_git_head()}",
-        f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {_ram_gib():.0f} GiB RAM, "
+        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; lakestream commit {git_head()}",
+        f"- machine: {os.cpu_count()} CPUs ({cpu_model()}), {ram_gib():.0f} GiB RAM, "
         f"{platform.system()} {platform.release()}",
         f"- PostgreSQL {pg_version} (jobs.localpg: fsync off, synchronous_commit off), "
         f"Python {platform.python_version()}",
@@ -138,31 +140,6 @@ def _argv_text(args: argparse.Namespace) -> list[str]:
     if list(args.systems) != list(SYSTEM_NAMES):
         text.append("--systems " + " ".join(args.systems))
     return text
-
-
-def _git_head() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-        check=False,
-    )
-    return found.stdout.strip() or "unknown"
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def _ram_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) / 1024**2
-    return 0.0
 
 
 def _progress(message: str) -> None:

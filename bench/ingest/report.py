@@ -19,6 +19,7 @@ from bench.ingest.pipelines import Measurement
 from bench.ingest.tables import TableCheck
 from bench.ingest.task_profile import TaskProfile
 from bench.ingest.workload import Produced, Workload
+from bench.machine import cpu_model, git_head, ram_gib
 
 #: The issue's goals: lakestream / bare pipeline and lakestream / raw consume.
 GOAL_VS_BARE = 1.0
@@ -43,8 +44,8 @@ class Environment:
         versions = ", ".join(f"{p} {_version(p)}" for p in packages)
         return [
             f"- command: `{self.command}`",
-            f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {_git_head()}",
-            f"- machine: `nproc` {os.cpu_count()}, {_cpu_model()}, {_ram_gib():.0f} GiB RAM, "
+            f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {git_head()}",
+            f"- machine: `nproc` {os.cpu_count()}, {cpu_model()}, {ram_gib():.0f} GiB RAM, "
             f"{platform.system()} {platform.release()}",
             f"- load average (1/5/15 min) {self.load_at_start} at start, {load_at_end} at end "
             "(the machine is shared with other sessions)",
@@ -315,28 +316,3 @@ def _tansu() -> str:
         [str(find_tansu()), "--version"], capture_output=True, text=True, check=False
     )
     return found.stdout.strip() or "tansu ?"
-
-
-def _git_head() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=_ROOT,
-        check=False,
-    )
-    return found.stdout.strip() or "unknown"
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def _ram_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) / 1024**2
-    return 0.0
