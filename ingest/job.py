@@ -23,6 +23,7 @@ import structlog
 
 from catalog import Catalog
 from ingest.debezium import DecoderConfig
+from ingest.kafka.options import Emit, parse_options
 from ingest.kafka.source import SOURCE_NAME, register
 from ingest.sink.batch import BatchSink, SinkSettings
 from ingest.sink.plan import SourceFormat
@@ -63,6 +64,7 @@ def run_ingest(
     """Run the query until AvailableNow is done, ``stop`` is set, or SIGTERM arrives."""
     incarnation, fresh = _incarnation(config.checkpoint)
     starting = _starting_offsets(config, catalog) if fresh else config.starting_offsets
+    options = source_options(config, starting)
     sink = BatchSink(
         catalog,
         SinkSettings(
@@ -74,9 +76,10 @@ def run_ingest(
             json_tables=config.json_tables,
             hash_buckets=config.hash_buckets,
             partition_by=config.partition_by,
+            kafka=parse_options(options),
         ),
     )
-    query = _start(config, spark, sink, starting)
+    query = _start(config, spark, sink, options)
     log.info(
         "ingest_started",
         job=config.job,
@@ -115,21 +118,26 @@ def _starting_offsets(config: IngestJobConfig, catalog: Catalog) -> str:
     return json.dumps(progress.source_offsets)
 
 
-def _start(config: IngestJobConfig, spark: Any, sink: BatchSink, starting: str) -> Any:
-    register(spark)
-    reader = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("kafka.bootstrap.servers", config.bootstrap_servers)
-        .option("startingOffsets", starting)
-    )
+def source_options(config: IngestJobConfig, starting: str) -> dict[str, str]:
+    """The ``lakestream-kafka`` options of the job: ranges out, read by the sink's tasks."""
+    options = {
+        "kafka.bootstrap.servers": config.bootstrap_servers,
+        "startingOffsets": starting,
+        "emit": Emit.RANGES.value,
+    }
     if config.topic_pattern:
-        reader = reader.option("subscribePattern", config.topic_pattern)
+        options["subscribePattern"] = config.topic_pattern
     else:
-        reader = reader.option("subscribe", ",".join(config.topics))
+        options["subscribe"] = ",".join(config.topics)
     if config.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-    for key, value in config.kafka_options.items():
-        reader = reader.option(f"kafka.{key}", value)
+        options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
+    options.update({f"kafka.{key}": value for key, value in config.kafka_options.items()})
+    return options
+
+
+def _start(config: IngestJobConfig, spark: Any, sink: BatchSink, options: dict[str, str]) -> Any:
+    register(spark)
+    reader = spark.readStream.format(SOURCE_NAME).options(**options)
     writer = (
         reader.load()
         .writeStream.foreachBatch(sink)

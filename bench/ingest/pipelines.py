@@ -329,11 +329,9 @@ def lakestream(
     seconds = time.perf_counter() - started
     used = cpu.delta(cpu_before, cpu.snapshot())
     batches = recorder.batches(job)
-    # Spark counts a batch's rows once per read: a batch that meets a missing table is read and
-    # decoded twice, so this may exceed ``expected``; the caller checks the committed offsets.
+    # The job's source emits one row per offset range (its tasks read the records), so Spark's
+    # row counts are ranges, not events; the caller checks the table and committed offsets.
     spark_rows = sum(b.rows for b in batches)
-    if spark_rows < expected:
-        raise RuntimeError(f"{job}: Spark read {spark_rows} rows, expected {expected}")
     notes = {"batches_committed": run.batches_committed, "job": job, "cpu": used,
-             "spark_input_rows": spark_rows}  # fmt: skip
+             "spark_input_ranges": spark_rows}  # fmt: skip
     return Measurement("lakestream ingest (run_ingest)", expected, seconds, batches, notes)

@@ -247,12 +247,11 @@ def _breakdown(results: Results) -> list[str]:
         "micro-batches (query start: the source's planner process, checkpoint setup; the "
         "final empty trigger; stop).",
     ]
-    spark_rows = int(run.notes.get("spark_input_rows", run.events))
-    if spark_rows != run.events:
-        lines.append(
-            f"Spark read {spark_rows:,} Kafka rows for {run.events:,} events: a batch that "
-            "brings a table the catalog lacks is read from Kafka and decoded twice."
-        )
+    ranges = int(run.notes.get("spark_input_ranges", 0))
+    lines.append(
+        f"Spark carried {ranges:,} offset-range rows for {run.events:,} events: the job's "
+        "source emits ranges and its write tasks read the records from Kafka themselves."
+    )
     return lines
 
 

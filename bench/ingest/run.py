@@ -314,9 +314,6 @@ class _Bench:
             )
             if name != "lakestream":
                 continue
-            spark_rows = measured.notes["spark_input_rows"]
-            if spark_rows != workload.events:
-                progress(f"  Spark read {spark_rows:,} rows for {workload.events:,} events")
             check = check_table(
                 self.catalog,
                 table=table,

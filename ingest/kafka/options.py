@@ -3,9 +3,9 @@
 The names follow Spark's built-in Kafka source (``subscribe``, ``subscribePattern``,
 ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``,
 ``kafkaConsumer.pollTimeoutMs`` and ``kafka.*``), so a job can move between the two by changing
-the format name. Spark hands options over case-insensitively with lower-cased keys; unknown
-options are refused, because a misspelt ``startingOffsets`` would otherwise silently read from
-the default position.
+the format name; ``emit`` is lakestream's own (see :class:`Emit`). Spark hands options over
+case-insensitively with lower-cased keys; unknown options are refused, because a misspelt
+``startingOffsets`` would otherwise silently read from the default position.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from ingest.kafka.errors import KafkaOptionError
@@ -26,6 +27,7 @@ MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
 INCLUDE_HEADERS = "includeHeaders"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 POLL_TIMEOUT_MS = "kafkaConsumer.pollTimeoutMs"
+EMIT = "emit"
 KAFKA_PREFIX = "kafka."
 
 _OWN_OPTIONS = (
@@ -36,6 +38,7 @@ _OWN_OPTIONS = (
     INCLUDE_HEADERS,
     FAIL_ON_DATA_LOSS,
     POLL_TIMEOUT_MS,
+    EMIT,
 )
 _BY_LOWER = {name.lower(): name for name in _OWN_OPTIONS}
 
@@ -53,6 +56,19 @@ _SECRET_MARKERS = ("password", "secret", "token", "jaas", "key.pem", "private")
 _DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's Kafka source default (spark.network.timeout)
 
 StartingSpec = Literal["earliest", "latest"] | Mapping[PartitionId, int]
+
+
+class Emit(StrEnum):
+    """What the source's rows are (lakestream's own option; Spark's Kafka source has no such).
+
+    ``records``: one row per Kafka record (Spark's Kafka row schema). ``ranges``: one row per
+    planned offset range, ``topic, partition, startOffset, endOffset``, for a sink that reads
+    its range itself with :func:`ingest.kafka.reader.read_messages` - the records then never
+    pass through the JVM, which costs as much CPU as the whole rest of a simple pipeline.
+    """
+
+    RECORDS = "records"
+    RANGES = "ranges"
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = _DEFAULT_POLL_TIMEOUT_MS
+    emit: Emit = Emit.RECORDS
 
     def redacted_kafka_config(self) -> dict[str, str]:
         """The librdkafka settings with secret values masked, for logs and error messages."""
@@ -119,6 +136,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         include_headers=_bool(own, INCLUDE_HEADERS, default=False),
         fail_on_data_loss=_bool(own, FAIL_ON_DATA_LOSS, default=True),
         poll_timeout_ms=_positive_int(own, POLL_TIMEOUT_MS) or _DEFAULT_POLL_TIMEOUT_MS,
+        emit=_emit(own.get(EMIT, Emit.RECORDS.value)),
     )
 
 
@@ -216,3 +234,11 @@ def _bool(own: Mapping[str, str], name: str, *, default: bool) -> bool:
     if raw.strip().lower() in ("true", "false"):
         return raw.strip().lower() == "true"
     raise KafkaOptionError(name, f"expected true or false, not {raw!r}")
+
+
+def _emit(raw: str) -> Emit:
+    try:
+        return Emit(raw.strip().lower())
+    except ValueError:
+        known = ", ".join(e.value for e in Emit)
+        raise KafkaOptionError(EMIT, f"expected one of {known}, not {raw!r}") from None

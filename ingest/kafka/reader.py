@@ -138,6 +138,15 @@ def read_range(
     rng: OffsetRange, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``rng`` as Arrow batches of the ``target`` schema (see module doc)."""
+    for messages in read_messages(rng, options):
+        yield record_batch(messages, target)
+
+
+def read_messages(rng: OffsetRange, options: SourceOptions) -> Iterator[Sequence[Message]]:
+    """Yield the data messages of ``rng`` in offset order, in chunks (see the module doc).
+
+    For a caller that decodes librdkafka's messages itself (``emit=ranges``), skipping Arrow.
+    """
     log = structlog.get_logger("ingest.kafka").bind(
         topic=rng.topic, partition=rng.partition, start=rng.start, end=rng.end
     )
@@ -148,7 +157,7 @@ def read_range(
     started = time.monotonic()
     try:
         consumer.assign([KafkaPartition(rng.topic, rng.partition, rng.start)])
-        yield from _consume(consumer, progress, options.poll_timeout_ms / 1000, target)
+        yield from _consume(consumer, progress, options.poll_timeout_ms / 1000)
     finally:
         consumer.close()
     log.info(
@@ -160,8 +169,8 @@ def read_range(
 
 
 def _consume(
-    consumer: Consumer, progress: _Progress, timeout_s: float, target: pa.Schema
-) -> Iterator[pa.RecordBatch]:
+    consumer: Consumer, progress: _Progress, timeout_s: float
+) -> Iterator[Sequence[Message]]:
     wait_s = min(_CONSUME_WAIT_S, timeout_s)
     last_progress = time.monotonic()
     while not progress.done:
@@ -169,7 +178,7 @@ def _consume(
         messages = consumer.consume(min(_MAX_BATCH, progress.remaining), timeout=wait_s)
         kept = progress.accept(messages)
         if kept:
-            yield record_batch(kept, target)
+            yield kept
         if progress.next_offset > before:
             last_progress = time.monotonic()
         elif not progress.done and time.monotonic() - last_progress > timeout_s:

@@ -37,6 +37,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingest.kafka.offsets import OffsetRange
+
+#: The rows of ``emit=ranges``: one per planned offset range ``[startOffset, endOffset)``.
+RANGE_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), nullable=False),
+        StructField("partition", IntegerType(), nullable=False),
+        StructField("startOffset", LongType(), nullable=False),
+        StructField("endOffset", LongType(), nullable=False),
+    ]
+)
+
 _HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
 
@@ -54,6 +66,26 @@ def kafka_schema(include_headers: bool) -> StructType:
     if include_headers:
         fields.append(StructField("headers", ArrayType(_HEADER)))
     return StructType(fields)
+
+
+def source_schema(include_headers: bool, ranges: bool) -> StructType:
+    """The schema of the source's rows for its options (records or ranges)."""
+    return RANGE_SCHEMA if ranges else kafka_schema(include_headers)
+
+
+def range_batch(rng: OffsetRange, target: pa.Schema) -> pa.RecordBatch:
+    """The one-row batch of ``emit=ranges`` for a planned range."""
+    return pa.RecordBatch.from_pylist(
+        [{"topic": rng.topic, "partition": rng.partition, "startOffset": rng.start,
+          "endOffset": rng.end}],
+        schema=target,
+    )  # fmt: skip
+
+
+def ranges_of(batch: pa.RecordBatch) -> list[OffsetRange]:
+    """The offset ranges held by a batch of ``emit=ranges`` rows."""
+    columns = [batch.column(name).to_pylist() for name in RANGE_SCHEMA.fieldNames()]
+    return [OffsetRange(*row) for row in zip(*columns, strict=True)]
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -13,7 +13,9 @@ How a micro-batch is made:
   the target fixed when ``Trigger.AvailableNow`` began). Partitions it has not seen before -
   new topics matching the pattern, new partitions - start at their earliest offset;
 * each partition's ``[start, end)`` becomes one Spark input partition, read on an executor by
-  :func:`ingest.kafka.reader.read_range` into Arrow batches;
+  :func:`ingest.kafka.reader.read_range` into Arrow batches - or, with ``emit=ranges``, handed on
+  as one row naming the range for the sink's own task to read (the records then never cross
+  into the JVM and back);
 * offsets live in Spark's checkpoint (and, with each commit, in the catalog); the source never
   commits consumer-group offsets.
 """
@@ -47,9 +49,9 @@ from ingest.kafka.offsets import (
     plan_ranges,
     to_json,
 )
-from ingest.kafka.options import SourceOptions, parse_options
+from ingest.kafka.options import Emit, SourceOptions, parse_options
 from ingest.kafka.reader import read_range
-from ingest.kafka.schema import arrow_schema, kafka_schema
+from ingest.kafka.schema import arrow_schema, range_batch, source_schema
 
 SOURCE_NAME = "lakestream-kafka"
 
@@ -76,11 +78,11 @@ class KafkaDataSource(DataSource):
         return parse_options(self.options)
 
     def schema(self) -> StructType:
-        return kafka_schema(self.settings().include_headers)
+        return _schema_of(self.settings())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         settings = self.settings()
-        if schema != kafka_schema(settings.include_headers):
+        if schema != _schema_of(settings):
             raise KafkaOptionError("schema", "the source has a fixed schema; do not pass one")
         return KafkaStreamReader(settings, schema)
 
@@ -152,7 +154,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(rng) for rng in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition.value, self._settings, arrow_schema(self._schema))
+        target = arrow_schema(self._schema)
+        if self._settings.emit is Emit.RANGES:
+            return iter([range_batch(partition.value, target)])
+        return read_range(partition.value, self._settings, target)
 
     def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
         _log().debug("kafka source batch done", end=end)
@@ -192,6 +197,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for gone in reset:  # their earliest offset is looked up again, not taken from before
             self._earliest.pop(gone, None)
         return {p: offset for p, offset in current.items() if p not in reset}
+
+
+def _schema_of(settings: SourceOptions) -> StructType:
+    return source_schema(settings.include_headers, ranges=settings.emit is Emit.RANGES)
 
 
 def _resolve_starting(

@@ -40,6 +40,7 @@ from catalog.model import SEQUENCE_COLUMN
 from catalog.schemas import from_base64, to_base64
 from ingest.debezium import DecoderConfig
 from ingest.errors import IngestError, SchemaChangeRefused
+from ingest.kafka.options import SourceOptions
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import NewTable, TaskReport, WrittenFile, merge_offsets, total_counts
 from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
@@ -59,6 +60,8 @@ class SinkSettings:
     json_tables: Mapping[str, str] = field(default_factory=dict)
     hash_buckets: int = 4
     partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    kafka: SourceOptions | None = field(default=None, repr=False)
+    """Set when the source emits offset ranges: the executor tasks read them with these."""
 
     @property
     def writer_id(self) -> str:
@@ -130,6 +133,7 @@ class BatchSink:
             writer=self.settings.writer_id,
             json_tables=self.settings.json_tables,
             log_level=_effective_level(),
+            kafka=self.settings.kafka,
         )
 
     def _dead_letter_table(self) -> TableMeta:

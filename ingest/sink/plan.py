@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from catalog.meta import TableMeta
 from ingest.debezium import DecoderConfig
+from ingest.kafka.options import SourceOptions
 
 
 class SourceFormat(StrEnum):
@@ -32,3 +33,6 @@ class SinkPlan:
     json_tables: Mapping[str, str] = field(default_factory=dict)
     #: The driver's log level, applied in the Python workers (they do not inherit its config).
     log_level: str = "INFO"
+    #: Set when the source emits offset ranges (``emit=ranges``): the tasks read Kafka
+    #: themselves with these options. Holds credentials: pickled to executors, never logged.
+    kafka: SourceOptions | None = field(default=None, repr=False)

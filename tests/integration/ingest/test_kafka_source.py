@@ -20,6 +20,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG, create_topic
+from ingest.kafka.offsets import OffsetRange
+from ingest.kafka.options import parse_options
+from ingest.kafka.reader import read_messages
 from ingest.kafka.source import SOURCE_NAME, register
 from tests.fixtures.broker import Delivered, KafkaTestHelper, unique_topic
 
@@ -185,6 +188,31 @@ def test_pattern_picks_up_a_topic_created_while_the_query_runs(
     assert got == want, "a new topic starts at earliest even with startingOffsets=latest"
 
 
+def test_emit_ranges_hands_out_ranges_that_read_every_record_exactly_once(
+    source: SparkSession, kafka: KafkaTestHelper, tmp_path: Path
+) -> None:
+    topic = kafka.topic(partitions=3)
+    deliveries = kafka.produce(topic, _keyed(0, 300))
+    options = _options(
+        kafka, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="120",
+        emit="ranges",
+    )  # fmt: skip
+
+    got = run_available_now(source, options, tmp_path / "cp")
+
+    ranges = [OffsetRange(r.topic, r.partition, r.startOffset, r.endOffset) for r in got.rows]
+    assert len(got.batches) == 3, "the limit splits the backlog as it does for records"
+    assert all(len(batch) <= 3 for batch in got.batches), "one row per partition range"
+    settings = parse_options(options)
+    read = sorted(
+        (rng.partition, m.offset(), m.key(), m.value())
+        for rng in ranges
+        for chunk in read_messages(rng, settings)
+        for m in chunk
+    )
+    assert read == _expected(deliveries)
+
+
 def test_offset_gaps_from_transaction_markers_end_ranges_correctly(
     source: SparkSession, kafka: KafkaTestHelper, tmp_path: Path
 ) -> None:
@@ -261,8 +289,17 @@ def test_with_fail_on_data_loss_off_a_reset_partition_is_read_from_earliest(
             },
             "set by the source itself",
         ),
+        ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "emit": "rows"}, "emit"),
     ],
-    ids=["no-bootstrap", "both-subscriptions", "no-subscription", "unknown", "bad-json", "managed"],
+    ids=[
+        "no-bootstrap",
+        "both-subscriptions",
+        "no-subscription",
+        "unknown",
+        "bad-json",
+        "managed",
+        "bad-emit",
+    ],
 )
 def test_bad_options_fail_at_load(
     source: SparkSession, options: dict[str, str], message: str

@@ -22,7 +22,7 @@ from ingest.kafka.offsets import (
     plan_ranges,
     to_json,
 )
-from ingest.kafka.options import Subscription, parse_options
+from ingest.kafka.options import Emit, Subscription, parse_options
 from ingest.kafka.reader import _Progress
 from ingest.kafka.schema import arrow_schema, kafka_schema, record_batch
 
@@ -58,6 +58,14 @@ def test_options_are_case_insensitive_and_kafka_settings_pass_through() -> None:
     assert (parsed.starting, parsed.max_offsets_per_trigger) == ("earliest", 500)
     assert "hunter2" not in repr(parsed)
     assert parsed.redacted_kafka_config()["sasl.password"] == "***"
+
+
+def test_emit_defaults_to_records_and_takes_ranges() -> None:
+    base = {"kafka.bootstrap.servers": "h:9092", "subscribe": "t"}
+    assert parse_options(base).emit is Emit.RECORDS
+    assert parse_options({**base, "EMIT": "Ranges"}).emit is Emit.RANGES
+    with pytest.raises(KafkaOptionError, match="emit.*records, ranges"):
+        parse_options({**base, "emit": "rows"})
 
 
 def test_starting_offsets_json_is_parsed_and_checked_against_the_subscription() -> None:
