@@ -9,7 +9,7 @@ bring back an older version of a key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from catalog.errors import SchemaError
 from catalog.files.bucketing import bucket_ids
 from catalog.files.pruning import Predicate, may_match
-from catalog.files.reader import read_files, read_merged
+from catalog.files.reader import read_files, read_merged_buckets
 from catalog.files.stats import encode_stat
 from catalog.meta import TableMeta
 from catalog.model import ColumnStats
@@ -117,10 +117,14 @@ class Scan:
         ]
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """Batches of the result, one partition at a time (memory bounded by one bucket)."""
+        """Batches of the result, partition by partition, in plan order.
+
+        Plain partitions stream file by file; merge-on-read buckets are read ahead on a thread
+        pool (:func:`~catalog.files.reader.read_merged_buckets`: memory bounded by a few buckets).
+        """
         target = self.schema
-        for part in self.partitions():
-            for batch in self._read(part):
+        for batches in self._partition_batches():
+            for batch in batches:
                 yield batch if batch.schema.equals(target) else batch.cast(target)
 
     def to_reader(self) -> pa.RecordBatchReader:
@@ -133,22 +137,35 @@ class Scan:
     def count(self) -> int:
         return sum(batch.num_rows for batch in self.to_batches())
 
-    def _read(self, part: PartitionScan) -> Iterator[pa.RecordBatch]:
+    def _partition_batches(self) -> Iterator[Iterable[pa.RecordBatch]]:
+        parts = self.partitions()
+        merged = self._read_merged([p for p in parts if p.merge])
+        try:
+            for part in parts:
+                yield next(merged) if part.merge else self._read_plain(part)
+        finally:
+            merged.close()
+
+    def _read_merged(
+        self, parts: Sequence[PartitionScan]
+    ) -> Generator[list[pa.RecordBatch], None, None]:
         meta = self.meta
-        if part.merge:
-            # runs hold delete rows that carry only their key: read them as the run schema
-            runs = pa.schema(
-                [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
-            )
-            return read_merged(
-                meta.location,
-                part.files,
-                runs,
-                meta.primary_key,
-                sequence_column=meta.sequence_column,
-                columns=self.columns,
-                row_filter=self.scan_filter.row_filter,
-            )
+        # runs hold delete rows that carry only their key: read them as the run schema
+        runs = pa.schema(
+            [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
+        )
+        return read_merged_buckets(
+            meta.location,
+            [part.files for part in parts],
+            runs,
+            meta.primary_key,
+            sequence_column=meta.sequence_column,
+            columns=self.columns,
+            row_filter=self.scan_filter.row_filter,
+        )
+
+    def _read_plain(self, part: PartitionScan) -> Iterator[pa.RecordBatch]:
+        meta = self.meta
         return read_files(
             meta.location,
             part.files,

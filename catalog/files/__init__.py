@@ -5,7 +5,7 @@
 * :mod:`~catalog.files.writer` - write Arrow data as Parquet files described as DataFiles;
   prepare the content of a CDC merge-run file.
 * :mod:`~catalog.files.stats` - column statistics and their JSON-safe encoding.
-* :mod:`~catalog.files.reader` - plain scans and merge-on-read of a CDC bucket.
+* :mod:`~catalog.files.reader` - plain scans and merge-on-read of CDC buckets.
 * :mod:`~catalog.files.merge` - the vectorised "last change per key wins" kernel.
 * :mod:`~catalog.files.evolution` - schema change rules, reading old files under a new schema.
 * :mod:`~catalog.files.pruning` - simple predicates and file pruning by statistics.
@@ -23,7 +23,7 @@ from catalog.files.evolution import (
 from catalog.files.layout import new_data_file_path, partition_path
 from catalog.files.merge import last_change_per_key, merge_runs
 from catalog.files.pruning import Predicate, may_contain, may_match, to_expression
-from catalog.files.reader import RowFilter, read_files, read_merged
+from catalog.files.reader import RowFilter, read_files, read_merged, read_merged_buckets
 from catalog.files.stats import column_stats, decode_stat, encode_stat
 from catalog.files.writer import (
     WriteOptions,
@@ -56,6 +56,7 @@ __all__ = [
     "prepare_merge_run",
     "read_files",
     "read_merged",
+    "read_merged_buckets",
     "require_allowed",
     "split_by_bucket",
     "to_expression",

@@ -26,8 +26,11 @@ newest version does not match.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TypeAlias
 
@@ -204,14 +207,107 @@ def _read_run(path: str, schema: pa.Schema, key_filter: pc.Expression | None) ->
 
 
 def _read_runs(
-    paths: Sequence[str], schema: pa.Schema, key_filter: pc.Expression | None
+    paths: Sequence[str],
+    schema: pa.Schema,
+    key_filter: pc.Expression | None,
+    *,
+    concurrent: bool = True,
 ) -> list[pa.Table]:
-    """Read the runs concurrently (Arrow decodes without the GIL), keeping their order."""
-    if len(paths) <= 1:
+    """Read the runs, keeping their order: concurrently (Arrow decodes without the GIL) unless
+    the caller already reads several buckets at once."""
+    if len(paths) <= 1 or not concurrent:
         return [_read_run(p, schema, key_filter) for p in paths]
     workers = min(len(paths), max(1, pa.cpu_count()))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda p: _read_run(p, schema, key_filter), paths))
+
+
+@dataclass(frozen=True)
+class _MergeRead:
+    """What a merge read of one table does to each bucket: the same for all its buckets."""
+
+    location: str | os.PathLike[str]
+    schema: pa.Schema
+    primary_key: Sequence[str]
+    sequence_column: str | None
+    #: Columns loaded from the runs (output, keys, sequence, filtered columns).
+    read: pa.Schema
+    key_predicates: list[Predicate]
+    key_filter: pc.Expression | None
+    #: Applied after the merge (non-key filters).
+    expression: pc.Expression | None
+    out: list[str]
+    include_row_kind: bool
+    ordered: bool
+
+    @classmethod
+    def of(
+        cls,
+        location: str | os.PathLike[str],
+        schema: pa.Schema,
+        primary_key: Sequence[str],
+        *,
+        sequence_column: str | None,
+        columns: Sequence[str] | None,
+        row_filter: RowFilter,
+        include_row_kind: bool,
+        ordered: bool,
+    ) -> _MergeRead:
+        predicates, expression = _split_filter(row_filter)
+        _subschema(schema, [*(columns or ()), *(p.column for p in predicates)])  # fail early
+        key_predicates = [p for p in predicates if p.column in primary_key]
+        read = _subschema(
+            schema,
+            _merge_columns(
+                schema,
+                columns,
+                primary_key,
+                sequence_column,
+                predicates=predicates,
+                expression_given=isinstance(row_filter, pc.Expression),
+            ),
+        )
+        out = list(columns) if columns is not None else list(schema.names)
+        if include_row_kind:
+            out.append(ROW_KIND_COLUMN)
+        return cls(
+            location=location,
+            schema=schema,
+            primary_key=primary_key,
+            sequence_column=sequence_column,
+            read=read,
+            key_predicates=key_predicates,
+            key_filter=to_expression(key_predicates),
+            expression=expression,
+            out=out,
+            include_row_kind=include_row_kind,
+            ordered=ordered,
+        )
+
+    def bucket(self, runs: Sequence[DataFile | str], *, concurrent: bool) -> pa.Table | None:
+        """The merged rows of one bucket (None when no run can hold a match)."""
+        paths = [
+            _path(self.location, run)
+            for run in runs
+            if not _skip(run, self.key_predicates, self.schema)
+        ]
+        tables = _read_runs(paths, self.read, self.key_filter, concurrent=concurrent)
+        if not tables:
+            return None
+        merged = merge_runs(
+            tables,
+            self.primary_key,
+            self.sequence_column,
+            keep_deletes=self.include_row_kind,
+            ordered=self.ordered,
+        )
+        if self.expression is not None:
+            merged = merged.filter(self.expression)
+        return merged.select(self.out)
+
+
+def _batches(merged: pa.Table | None, batch_size: int) -> list[pa.RecordBatch]:
+    return [] if merged is None else merged.to_batches(max_chunksize=batch_size)
 
 
 def read_merged(
@@ -236,31 +332,66 @@ def read_merged(
     otherwise in run order, key-sorted within each run. See the module doc for filters and the
     memory bound.
     """
-    predicates, expression = _split_filter(row_filter)
-    _subschema(schema, [*(columns or ()), *(p.column for p in predicates)])  # fail early
-    key_predicates = [p for p in predicates if p.column in primary_key]
-    read = _subschema(
+    merge = _MergeRead.of(
+        location,
         schema,
-        _merge_columns(
-            schema,
-            columns,
-            primary_key,
-            sequence_column,
-            predicates=predicates,
-            expression_given=isinstance(row_filter, pc.Expression),
-        ),
+        primary_key,
+        sequence_column=sequence_column,
+        columns=columns,
+        row_filter=row_filter,
+        include_row_kind=include_row_kind,
+        ordered=ordered,
     )
-    key_filter = to_expression(key_predicates)
-    paths = [_path(location, run) for run in runs if not _skip(run, key_predicates, schema)]
-    tables = _read_runs(paths, read, key_filter)
-    if not tables:
+    yield from _batches(merge.bucket(runs, concurrent=True), batch_size)
+
+
+def read_merged_buckets(
+    location: str | os.PathLike[str],
+    buckets: Sequence[Sequence[DataFile | str]],
+    schema: pa.Schema,
+    primary_key: Sequence[str],
+    *,
+    sequence_column: str | None = None,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    include_row_kind: bool = False,
+    ordered: bool = False,
+    batch_size: int = DEFAULT_BATCH_ROWS,
+) -> Generator[list[pa.RecordBatch], None, None]:
+    """Merge-on-read of several buckets of one table: each bucket's batches, in order.
+
+    Each bucket reads as :func:`read_merged` would read it. Buckets are read ahead on a thread
+    pool of ``pyarrow.cpu_count()`` workers, each decoding and merging a whole bucket (decoding
+    and the merge kernel run without the GIL), so merging one bucket overlaps with decoding the
+    next. Memory: up to workers + 1 buckets at once (those in flight and the one yielded). With
+    fewer buckets than workers, or one worker, buckets are read one at a time, each reading its
+    runs concurrently instead.
+    """
+    merge = _MergeRead.of(
+        location,
+        schema,
+        primary_key,
+        sequence_column=sequence_column,
+        columns=columns,
+        row_filter=row_filter,
+        include_row_kind=include_row_kind,
+        ordered=ordered,
+    )
+    workers = max(1, pa.cpu_count())
+    if workers < 2 or len(buckets) < workers:
+        for runs in buckets:
+            yield _batches(merge.bucket(runs, concurrent=True), batch_size)
         return
-    merged = merge_runs(
-        tables, primary_key, sequence_column, keep_deletes=include_row_kind, ordered=ordered
-    )
-    if expression is not None:
-        merged = merged.filter(expression)
-    out = list(columns) if columns is not None else list(schema.names)
-    if include_row_kind:
-        out.append(ROW_KIND_COLUMN)
-    yield from merged.select(out).to_batches(max_chunksize=batch_size)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakestream-merge")
+    try:
+        todo = iter(buckets)
+        pending = deque(
+            pool.submit(merge.bucket, runs, concurrent=False) for runs in islice(todo, workers)
+        )
+        while pending:
+            merged = pending.popleft().result()
+            for runs in islice(todo, 1):
+                pending.append(pool.submit(merge.bucket, runs, concurrent=False))
+            yield _batches(merged, batch_size)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

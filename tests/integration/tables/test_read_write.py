@@ -12,7 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog import Catalog, SchemaError, TableNotFoundError
+from catalog import (
+    Catalog,
+    CommitOp,
+    FileAction,
+    FileOp,
+    PartitionCommit,
+    SchemaError,
+    TableNotFoundError,
+)
+from catalog.files.reader import read_merged
+from catalog.files.writer import write_data_file
 
 pytestmark = pytest.mark.integration
 ORDERS = pa.schema([("id", pa.int64()), ("region", pa.string()), ("total", pa.float64())])
@@ -213,3 +223,32 @@ def test_merge_on_read_equals_a_dict_model_at_every_version(catalog: Catalog, ba
         got = table.scan(version=version).to_arrow().to_pylist()
         assert {(r["id"], r["part"]): r["v"] for r in got} == state
         assert len(got) == len(state)
+
+
+def test_a_scan_mixes_compacted_and_merge_on_read_buckets(catalog: Catalog):
+    orders = catalog.create_table("shop.mixed", ORDERS, primary_key=["id"], hash_buckets=4)
+    first = rows(*((i, "eu", float(i)) for i in range(40)))
+    orders.upsert(first)
+    orders.upsert(rows(*((i, "us", i + 0.5) for i in range(0, 40, 3))))
+    base = orders.current_version()
+    plan = orders.plan(version=base)
+    part = plan.partitions[1]  # compact one bucket, the others stay runs
+    meta = orders.meta
+    merged = pa.Table.from_batches(
+        list(read_merged(meta.location, part.files, meta.schema, meta.primary_key, ordered=True)),
+        schema=meta.schema,
+    )
+    file = write_data_file(merged, meta.location, bucket=part.bucket or 0, sorted_by=["id"])
+    ops = (*(FileOp(action=FileAction.DELETE, file=f) for f in part.files),)
+    ops += (FileOp(action=FileAction.ADD, file=file),)
+    orders.commit(
+        CommitOp.COMPACTION,
+        [PartitionCommit(partition_desc=part.partition_desc, ops=ops)],
+        base_version=base,
+    )
+    scan = orders.scan()
+    assert sorted(p.merge for p in scan.partitions()) == [False, True, True, True]
+    expected = {(i, "us", i + 0.5) if i % 3 == 0 else (i, "eu", float(i)) for i in range(40)}
+    assert as_set(scan.to_arrow()) == expected
+    assert as_set(orders.scan(version=base).to_arrow()) == expected
+    assert scan.count() == 40

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate
-from catalog.files.reader import read_files, read_merged
+from catalog.files.reader import read_files, read_merged, read_merged_buckets
 from catalog.files.writer import WriteOptions, prepare_merge_run, write_data_file
 from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, DataFile
 
@@ -257,6 +258,61 @@ def test_runs_without_a_row_kind_column_are_upserts(tmp_path: Path) -> None:
     )
     later = write_run(tmp_path, [(2, None, None, 1)])
     assert read_all(tmp_path, [base, later]) == [{"id": 1, "v": 1, "note": "a"}]
+
+
+# ------------------------------------------------------------------------ several buckets
+
+
+@pytest.fixture
+def arrow_threads() -> Iterator[Callable[[int], None]]:
+    """Set Arrow's CPU thread count for one test (the bucket read-ahead sizes its pool by it)."""
+    before = pa.cpu_count()
+    yield pa.set_cpu_count
+    pa.set_cpu_count(before)
+
+
+def bucket_runs(location: Path, buckets: int) -> list[list[DataFile]]:
+    """Buckets of three overlapping runs each; bucket ``b`` holds keys ``b*100 ..``."""
+    return [
+        [
+            write_run(location, [(b * 100 + i, r, f"r{r}", 0) for i in range(r, 40, r + 1)])
+            for r in range(3)
+        ]
+        for b in range(buckets)
+    ]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("buckets", [0, 1, 3, 6])
+def test_several_buckets_read_as_each_bucket_alone(
+    tmp_path: Path, arrow_threads: Callable[[int], None], threads: int, buckets: int
+) -> None:
+    arrow_threads(threads)
+    runs = bucket_runs(tmp_path, buckets)
+    row_filter = [Predicate("v", ">", 0)]
+    each = [
+        list(read_merged(tmp_path, r, SCHEMA, ["id"], row_filter=row_filter, batch_size=7))
+        for r in runs
+    ]
+    together = list(
+        read_merged_buckets(tmp_path, runs, SCHEMA, ["id"], row_filter=row_filter, batch_size=7)
+    )
+    assert len(together) == buckets
+    for alone, read in zip(each, together, strict=True):
+        assert pa.Table.from_batches(read, SCHEMA).equals(pa.Table.from_batches(alone, SCHEMA))
+        assert all(b.num_rows <= 7 for b in read)
+
+
+def test_bucket_read_ahead_stops_when_the_reader_is_closed(
+    tmp_path: Path, arrow_threads: Callable[[int], None]
+) -> None:
+    arrow_threads(2)
+    runs = bucket_runs(tmp_path, 6)
+    reader = read_merged_buckets(tmp_path, runs, SCHEMA, ["id"])
+    first = next(reader)
+    reader.close()
+    assert first == list(read_merged(tmp_path, runs[0], SCHEMA, ["id"]))
+    assert not [t for t in threading.enumerate() if t.name.startswith("lakestream-merge")]
 
 
 # ------------------------------------------------------------------------ plain scans
