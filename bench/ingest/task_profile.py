@@ -1,14 +1,14 @@
 """Where one executor task of the lakestream job spends its time, outside Spark, on one core.
 
-A task of the job gets one partition's offset range: the source's reader turns it into Arrow
-batches (``ingest.kafka.reader.read_range``, in the source's Python worker), Spark hands the
-batches to ``mapInArrow``, and :func:`ingest.sink.task.write_task` turns them into records,
-decodes them (``ingest.debezium.decode_records``), conforms the rows and writes one sorted
-merge-run file per bucket (``catalog.writes.changes`` / ``stage_changes``). Here the same
-functions run in this process on ``records`` events of partition 0 of the benchmark's topic:
+A task of the job gets one row naming a partition's offset range (the source runs with
+``emit=ranges``); :func:`ingest.sink.task.write_task` reads the range from Kafka itself
+(``ingest.kafka.reader.read_messages``), decodes it (``ingest.debezium.decode_records``),
+conforms the rows and writes one sorted merge-run file per bucket (``catalog.writes.changes`` /
+``stage_changes``). Here the same functions run in this process on ``records`` events of
+partition 0 of the benchmark's topic:
 
-1. ``read_range`` alone (Kafka -> Arrow);
-2. ``write_task`` end to end on those batches (best of ``repeat``);
+1. reading the range alone (Kafka -> record chunks, ``read_chunks``);
+2. ``write_task`` end to end on the range (best of ``repeat``);
 3. its stages one by one, calling the same functions ``write_task`` calls (best of ``repeat``
    each), plus ``orjson.loads`` of every value alone as the floor of any JSON decoder;
 4. ``write_task`` under cProfile, for the functions with the most own time (cProfile inflates
@@ -36,15 +36,13 @@ import pyarrow as pa
 from catalog import Catalog, TableNotFoundError
 from catalog.meta import TableMeta
 from catalog.writes import changes, stage_changes
-from ingest.debezium import DecoderConfig, decode_records
+from ingest.debezium import DecoderConfig, decode_chunks
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import parse_options
-from ingest.kafka.reader import read_range
-from ingest.kafka.schema import arrow_schema, kafka_schema
-from ingest.sink import task as sink_task
+from ingest.kafka.schema import RANGE_SCHEMA, arrow_schema, range_batch, ranges_of
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import TaskReport
-from ingest.sink.task import DEAD_LETTER_SCHEMA, write_task
+from ingest.sink.task import DEAD_LETTER_SCHEMA, read_chunks, write_task
 
 T = TypeVar("T")
 
@@ -86,12 +84,11 @@ def profile_task(
     options = parse_options(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
     )
-    target = arrow_schema(kafka_schema(False))
     rng = OffsetRange(topic, 0, 0, records)
     started = time.process_time()
-    batches = list(read_range(rng, options, target))
+    count = sum(len(chunk) for chunk in read_chunks([rng], options))
     read_seconds = time.process_time() - started
-    count = sum(b.num_rows for b in batches)
+    batches = [range_batch(rng, arrow_schema(RANGE_SCHEMA))]
     plan = SinkPlan(
         source_format=SourceFormat.DEBEZIUM,
         decoder=decoder,
@@ -100,6 +97,7 @@ def profile_task(
         batch_id=0,
         writer="bench-profile",
         log_level="WARNING",
+        kafka=options,
     )
     best = float("inf")
     report = None
@@ -152,18 +150,19 @@ def _stages(
 ) -> list[tuple[str, float]]:
     """The steps of ``write_task`` for a Debezium batch of one table, timed one by one."""
     meta = plan.tables[table]
-    convert, records = _best(repeat, lambda: list(sink_task._records(iter(batches))))
-    offsets, _ = _best(repeat, lambda: sink_task._next_offsets(records))
-    values = [r.value or b"" for r in records]
+    assert plan.kafka is not None
+    ranges = ranges_of(batches[0])
+    kafka = plan.kafka
+    convert, chunks = _best(repeat, lambda: list(read_chunks(ranges, kafka)))
+    values = [value or b"" for chunk in chunks for value in chunk.values]
     parse, _ = _best(repeat, lambda: _parse_all(values))
-    decode, decoded = _best(repeat, lambda: decode_records(records, plan.decoder))
+    decode, decoded = _best(repeat, lambda: decode_chunks(chunks, plan.decoder))
     (segment,) = decoded.tables
     conform, rows = _best(repeat, lambda: changes(meta, segment.rows))
     write, _ = _best(repeat, lambda: stage_changes(meta, rows))
     return [
-        ("Arrow batches -> RawRecord objects (`_records`)", convert),
-        ("next offsets per partition (`_next_offsets`)", offsets),
-        ("decode (`decode_records`: parse, route, collect, build Arrow)", decode),
+        ("read the range from Kafka into record chunks (`read_chunks`)", convert),
+        ("decode (`decode_chunks`: parse, route, collect, build Arrow)", decode),
         ("  for reference: `orjson.loads` of every value alone", parse),
         ("conform rows to the table (`catalog.writes.changes`)", conform),
         ("sort, split by bucket, write Parquet + fsync (`stage_changes`)", write),

@@ -17,7 +17,7 @@ schema; plus the dead letters and the counts of ignored messages and tombstones.
 * Topics: :mod:`ingest.debezium.topics`.
 """
 
-from ingest.debezium.decoder import decode_records, table_schemas
+from ingest.debezium.decoder import decode_chunks, decode_records, table_schemas
 from ingest.debezium.errors import (
     DeadLetterReason,
     DebeziumError,
@@ -30,6 +30,7 @@ from ingest.debezium.model import (
     DecodedTable,
     DecoderConfig,
     RawRecord,
+    RecordChunk,
 )
 from ingest.debezium.position import SEQ_COLUMN, SEQ_WIDTH, binlog_position, postgres_position
 
@@ -45,7 +46,9 @@ __all__ = [
     "DecoderConfig",
     "DecoderConfigError",
     "RawRecord",
+    "RecordChunk",
     "binlog_position",
+    "decode_chunks",
     "decode_records",
     "postgres_position",
     "table_schemas",

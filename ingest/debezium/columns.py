@@ -17,6 +17,7 @@ from catalog.model import ROW_KIND_COLUMN
 from ingest.debezium.codecs import BUILD_ERRORS, Codec
 from ingest.debezium.errors import DeadLetterReason
 from ingest.debezium.model import DeadLetter, DecodedTable
+from ingest.debezium.placeholders import UNAVAILABLE_HELP, placeholder_rows, placeholders_of
 from ingest.debezium.position import SEQ_COLUMN, SEQ_WIDTH
 from ingest.debezium.rows import Group, TableRows
 from ingest.debezium.unify import unify_schemas
@@ -62,7 +63,7 @@ def _decode_group(
 ) -> _Part:
     arrays, bad = decode_columns(group, key)
     for position, (reason, error) in sorted(bad.items()):
-        origin = rows.origins[group.positions[position]]
+        origin = rows.origin(group.positions[position])
         dead.append(DeadLetter.of(origin, reason, error, rows.name))
     if not bad:
         return group.positions, arrays
@@ -118,6 +119,8 @@ def decode_columns(group: Group, key: tuple[str, ...]) -> tuple[dict[str, pa.Arr
     for name, codec, values in zip(layout.names, layout.codecs, group.columns, strict=True):
         if name in key and None in values:
             _null_keys(name, values, bad)
+        for position in placeholder_rows(values, placeholders_of(codec)):
+            bad.setdefault(position, (DeadLetterReason.UNAVAILABLE_VALUE, UNAVAILABLE_HELP))
         try:
             arrays[name] = codec.build(values)
         except BUILD_ERRORS:

@@ -13,7 +13,6 @@ raw key and value, its topic, partition and offset, a reason and the error text.
 
 from __future__ import annotations
 
-import base64
 import struct
 from collections.abc import Iterable
 
@@ -22,7 +21,15 @@ import pyarrow as pa
 
 from ingest.debezium.columns import decode_table
 from ingest.debezium.errors import DeadLetterReason, MessageError
-from ingest.debezium.model import DeadLetter, DecodedBatch, DecodedTable, DecoderConfig, RawRecord
+from ingest.debezium.model import (
+    DeadLetter,
+    DecodedBatch,
+    DecodedTable,
+    DecoderConfig,
+    Origins,
+    RawRecord,
+    RecordChunk,
+)
 from ingest.debezium.position import BadPosition, encode_position
 from ingest.debezium.rows import Row, TableRows
 from ingest.debezium.topics import Route, route_topic
@@ -37,9 +44,14 @@ def decode_records(records: Iterable[RawRecord], config: DecoderConfig) -> Decod
 
     Never raises for bad input: malformed or unexpected messages come back as dead letters.
     """
+    return decode_chunks(RecordChunk.split(records), config)
+
+
+def decode_chunks(chunks: Iterable[RecordChunk], config: DecoderConfig) -> DecodedBatch:
+    """:func:`decode_records` for messages already in chunks (the executors' fast path)."""
     batch = _Batch(config)
-    for record in records:
-        batch.add(record)
+    for chunk in chunks:
+        batch.add_chunk(chunk)
     return batch.finish()
 
 
@@ -57,16 +69,6 @@ def table_schemas(batch: DecodedBatch) -> dict[str, pa.Schema]:
     return schemas
 
 
-#: What Debezium sends for an unchanged TOASTed column under REPLICA IDENTITY DEFAULT.
-UNAVAILABLE_MARKER = b"__debezium_unavailable_value"
-UNAVAILABLE_MARKER_B64 = base64.b64encode(UNAVAILABLE_MARKER)
-UNAVAILABLE_HELP = (
-    "the event holds Debezium's placeholder for an unchanged large (TOASTed) column; applying "
-    "it would overwrite the stored value. Set REPLICA IDENTITY FULL on the source table (or "
-    "Debezium's unavailable.value.placeholder handling) and replay this record"
-)
-
-
 class _Batch:
     def __init__(self, config: DecoderConfig) -> None:
         self.config = config
@@ -75,42 +77,55 @@ class _Batch:
         self.dead_letters: list[DeadLetter] = []
         self.ignored = 0
         self.tombstones = 0
+        self.origins = Origins()
 
-    def add(self, record: RawRecord) -> None:
-        """Route, parse and keep one message; the per-message hot path, hence one method."""
-        value = record.value
-        if not value:
-            self.tombstones += 1
-            return
-        route = self.routes.get(record.topic) or self._route(record.topic)
+    def add_chunk(self, chunk: RecordChunk) -> None:
+        """Route, parse and keep the messages of one chunk; the hot path, hence one method.
+
+        A chunk is one topic, so it is routed once; each message is then parsed and kept.
+        """
+        base = self.origins.add(chunk)
+        route = self.routes.get(chunk.topic) or self._route(chunk.topic)
         table = route.table
         if table is None:
-            if route.ignored:
+            self._unrouted(chunk, route)
+            return
+        rows = self.tables.get(table) or self._table(table)
+        keys = chunk.keys
+        loads = orjson.loads
+        for index, value in enumerate(chunk.values):
+            if not value:
+                self.tombstones += 1
+                continue
+            try:
+                document = loads(value)
+                schema = None
+                if type(document) is dict and "payload" in document and "schema" in document:
+                    document, schema = document["payload"], document["schema"]
+                if document is None:
+                    self.tombstones += 1
+                    continue
+                if type(document) is not dict:
+                    raise MessageError(
+                        DeadLetterReason.BAD_ENVELOPE, "the message is not an object"
+                    )
+                seq = _position(document, chunk, index)
+                rows.add(document, schema, seq, keys[index], base + index)
+            except orjson.JSONDecodeError as exc:
+                error = f"malformed JSON: {exc}"
+                self._dead(chunk, index, DeadLetterReason.MALFORMED_JSON, error, table)
+            except MessageError as exc:
+                self._dead(chunk, index, exc.reason, str(exc), table)
+
+    def _unrouted(self, chunk: RecordChunk, route: Route) -> None:
+        """A chunk of a topic without a table: ignored on purpose, or every message dead."""
+        for index, value in enumerate(chunk.values):
+            if not value:
+                self.tombstones += 1
+            elif route.ignored:
                 self.ignored += 1
             else:
-                self._dead(record, DeadLetterReason.UNMAPPED_TOPIC, route.error or "", None)
-            return
-        if UNAVAILABLE_MARKER in value or UNAVAILABLE_MARKER_B64 in value:
-            # Writing the placeholder would overwrite the real value in the lake; the whole
-            # change is kept aside instead, never applied half or silently.
-            self._dead(record, DeadLetterReason.UNAVAILABLE_VALUE, UNAVAILABLE_HELP, table)
-            return
-        try:
-            document = orjson.loads(value)
-            schema = None
-            if type(document) is dict and "payload" in document and "schema" in document:
-                document, schema = document["payload"], document["schema"]
-            if document is None:
-                self.tombstones += 1
-                return
-            if type(document) is not dict:
-                raise MessageError(DeadLetterReason.BAD_ENVELOPE, "the message is not an object")
-            rows = self.tables.get(table) or self._table(table)
-            rows.add(record, document, schema, _position(document, record))
-        except orjson.JSONDecodeError as exc:
-            self._dead(record, DeadLetterReason.MALFORMED_JSON, f"malformed JSON: {exc}", table)
-        except MessageError as exc:
-            self._dead(record, exc.reason, str(exc), table)
+                self._dead(chunk, index, DeadLetterReason.UNMAPPED_TOPIC, route.error or "", None)
 
     def _route(self, topic: str) -> Route:
         config = self.config
@@ -119,13 +134,18 @@ class _Batch:
         return route
 
     def _table(self, name: str) -> TableRows:
-        rows = self.tables[name] = TableRows(name, self.config)
+        rows = self.tables[name] = TableRows(name, self.config, self.origins)
         return rows
 
     def _dead(
-        self, record: RawRecord, reason: DeadLetterReason, error: str, table: str | None
+        self,
+        chunk: RecordChunk,
+        index: int,
+        reason: DeadLetterReason,
+        error: str,
+        table: str | None,
     ) -> None:
-        self.dead_letters.append(DeadLetter.of(record, reason, error, table))
+        self.dead_letters.append(DeadLetter.of(chunk.record(index), reason, error, table))
 
     def finish(self) -> DecodedBatch:
         decoded: list[DecodedTable] = []
@@ -141,7 +161,7 @@ class _Batch:
         )
 
 
-def _position(payload: Row, record: RawRecord) -> bytes:
+def _position(payload: Row, chunk: RecordChunk, index: int) -> bytes:
     """The encoded position, with the PostgreSQL case (by far the most common) inlined."""
     source = payload.get("source")
     if type(source) is dict:
@@ -149,6 +169,6 @@ def _position(payload: Row, record: RawRecord) -> bytes:
         if type(lsn) is int and 0 <= lsn < _LSN_LIMIT:
             return _PG_PAIR(lsn, 0)
     try:
-        return encode_position(payload, record.offset, record.timestamp_ms)
+        return encode_position(payload, chunk.offsets[index], chunk.timestamps_ms[index])
     except BadPosition as exc:
         raise MessageError(DeadLetterReason.BAD_POSITION, str(exc)) from None

@@ -20,7 +20,7 @@ import pyarrow as pa
 from catalog.model import ROW_KIND_DELETE, ROW_KIND_UPSERT
 from ingest.debezium.errors import DeadLetterReason, MessageError
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_connect
-from ingest.debezium.model import DecoderConfig, RawRecord
+from ingest.debezium.model import DecoderConfig, Origins, RawRecord
 
 Row = dict[str, object]
 
@@ -54,7 +54,7 @@ class Group:
 class TableRows:
     """The rows of one table collected over a batch, not yet converted."""
 
-    def __init__(self, name: str, config: DecoderConfig) -> None:
+    def __init__(self, name: str, config: DecoderConfig, origins: Origins) -> None:
         self.name = name
         self.config = config
         self.primary_key: tuple[str, ...] | None = config.primary_keys.get(name)
@@ -66,9 +66,15 @@ class TableRows:
         self._bad_schemas: dict[bytes, str] = {}
         self.kinds: list[int] = []
         self.seqs: list[bytes] = []
-        self.origins: list[RawRecord] = []
+        #: Per row, its message's number in ``batch_origins``.
+        self.origins: list[int] = []
+        self.batch_origins = origins
 
-    def add(self, record: RawRecord, payload: Row, schema: object, seq: bytes) -> None:
+    def origin(self, row: int) -> RawRecord:
+        """The message row ``row`` came from."""
+        return self.batch_origins.record(self.origins[row])
+
+    def add(self, payload: Row, schema: object, seq: bytes, key: bytes | None, origin: int) -> None:
         """Validate one envelope and keep its row; raises :class:`MessageError` if it is bad."""
         op = payload.get("op")
         if op in _UPSERT_OPS:
@@ -77,9 +83,9 @@ class TableRows:
                 raise MessageError(DeadLetterReason.MISSING_ROW, f"op {op!r} without 'after'")
             kind = ROW_KIND_UPSERT
             if self.primary_key is None:
-                self.key_columns(record)
+                self.key_columns(key)
         elif op == "d":
-            row = self.delete_row(payload.get("before"), record)
+            row = self.delete_row(payload.get("before"), key)
             kind = ROW_KIND_DELETE
         elif op == "t":
             raise MessageError(DeadLetterReason.UNSUPPORTED_OP, "truncate events are not applied")
@@ -96,23 +102,23 @@ class TableRows:
         group.positions.append(len(self.kinds))
         self.kinds.append(kind)
         self.seqs.append(seq)
-        self.origins.append(record)
+        self.origins.append(origin)
 
-    def key_columns(self, record: RawRecord) -> tuple[str, ...]:
+    def key_columns(self, key: bytes | None) -> tuple[str, ...]:
         """The primary key: configured, else learnt from the first message key of the batch."""
-        if self.primary_key is None and record.key:
-            names, _ = parse_key(record.key)
+        if self.primary_key is None and key:
+            names, _ = parse_key(key)
             if names:
                 self.primary_key = names
         return self.primary_key or ()
 
-    def delete_row(self, before: object, record: RawRecord) -> Row:
+    def delete_row(self, before: object, key: bytes | None) -> Row:
         """The key columns of a delete, from ``before`` or else from the message key.
 
         Only key columns are taken: with PostgreSQL's default replica identity the other columns
         of ``before`` are nulls or placeholders, so a delete row holds nulls there.
         """
-        key_columns = self.key_columns(record)
+        key_columns = self.key_columns(key)
         if not key_columns:
             raise MessageError(
                 DeadLetterReason.MISSING_KEY,
@@ -126,7 +132,7 @@ class TableRows:
         for column in key_columns:
             value = before.get(column) if before else None
             if value is None:
-                key_values = parse_key(record.key)[1] if key_values is None else key_values
+                key_values = parse_key(key)[1] if key_values is None else key_values
                 value = key_values.get(column)
             if value is None:
                 raise MessageError(

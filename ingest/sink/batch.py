@@ -57,11 +57,11 @@ class SinkSettings:
     source_format: SourceFormat
     decoder: DecoderConfig
     dead_letter_table: str
+    kafka: SourceOptions = field(repr=False)
+    """How the executor tasks read the offset ranges the source emits (``emit=ranges``)."""
     json_tables: Mapping[str, str] = field(default_factory=dict)
     hash_buckets: int = 4
     partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    kafka: SourceOptions | None = field(default=None, repr=False)
-    """Set when the source emits offset ranges: the executor tasks read them with these."""
 
     @property
     def writer_id(self) -> str:

@@ -29,10 +29,10 @@ class SinkPlan:
     dead_letters: TableMeta
     batch_id: int
     writer: str
+    #: How the tasks read the offset ranges the source emits (``emit=ranges``). Holds
+    #: credentials: pickled to the executors, never logged.
+    kafka: SourceOptions = field(repr=False)
     #: For plain JSON topics: topic -> table.
     json_tables: Mapping[str, str] = field(default_factory=dict)
     #: The driver's log level, applied in the Python workers (they do not inherit its config).
     log_level: str = "INFO"
-    #: Set when the source emits offset ranges (``emit=ranges``): the tasks read Kafka
-    #: themselves with these options. Holds credentials: pickled to executors, never logged.
-    kafka: SourceOptions | None = field(default=None, repr=False)

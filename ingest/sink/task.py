@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import structlog
 
@@ -28,7 +27,8 @@ from ingest.debezium import (
     DeadLetterReason,
     DecodedTable,
     RawRecord,
-    decode_records,
+    RecordChunk,
+    decode_chunks,
 )
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
@@ -48,62 +48,38 @@ DEAD_LETTER_SCHEMA = pa.schema([
 
 
 def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: all of one task's Kafka rows (or offset ranges) in, one report out."""
+    """``mapInArrow`` body: the task's offset ranges in, their records read from Kafka here,
+    decoded and written; one report row out (the records never pass through the JVM)."""
     configure_worker_logging(plan.log_level)
     log = structlog.get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
-    ranges: list[OffsetRange] = []
-    if plan.kafka is None:
-        records = list(_records(batches))
-    else:
-        ranges = [rng for batch in batches for rng in ranges_of(batch)]
-        records = list(_ranged_records(ranges, plan.kafka))
-    stamps = [r.timestamp_ms for r in records if r.timestamp_ms is not None]
+    ranges = [rng for batch in batches for rng in ranges_of(batch)]
+    chunks = list(read_chunks(ranges, plan.kafka))
+    known = [t for c in chunks for t in c.timestamps_ms if t is not None]
     report = TaskReport(
-        records=len(records),
-        offsets=_range_ends(ranges) if ranges else _next_offsets(records),
-        max_timestamp_ms=max(stamps) if stamps else None,
+        records=sum(len(c) for c in chunks),
+        offsets=_range_ends(ranges),
+        max_timestamp_ms=max(known) if known else None,
     )
-    if records:
-        report = (_write_debezium if plan.source_format is SourceFormat.DEBEZIUM else _write_json)(
-            records, plan, report
-        )
-    log.debug("task_written", records=len(records), files=len(report.files))
+    if report.records:
+        write = _write_debezium if plan.source_format is SourceFormat.DEBEZIUM else _write_json
+        report = write(chunks, plan, report)
+    log.debug("task_written", records=report.records, files=len(report.files))
     yield pa.RecordBatch.from_pydict({"report": [report.model_dump_json()]})
 
 
-def _records(batches: Iterable[pa.RecordBatch]) -> Iterator[RawRecord]:
-    for batch in batches:
-        # Kafka timestamps are milliseconds; the column's unit is the source's business
-        stamps = pc.cast(
-            pc.cast(batch.column("timestamp"), pa.timestamp("ms")), pa.int64()
-        ).to_pylist()
-        yield from (
-            RawRecord(topic=t, partition=p, offset=o, key=k, value=v, timestamp_ms=ts)
-            for t, p, o, k, v, ts in zip(
-                batch.column("topic").to_pylist(),
-                batch.column("partition").to_pylist(),
-                batch.column("offset").to_pylist(),
-                batch.column("key").to_pylist(),
-                batch.column("value").to_pylist(),
-                stamps,
-                strict=True,
-            )
-        )
-
-
-def _ranged_records(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RawRecord]:
-    """The records of the offset ranges an ``emit=ranges`` source handed this task, read here.
-
-    Straight from librdkafka's messages to the decoder: no Arrow, no JVM in between.
-    """
+def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RecordChunk]:
+    """The records of the task's offset ranges, read here, as decoder-ready chunks."""
     for rng in ranges:
         for messages in read_messages(rng, kafka):
-            for m in messages:
-                kind, millis = m.timestamp()
-                yield RawRecord(
-                    rng.topic, rng.partition, offset_of(m), m.key(), m.value(),
-                    millis if kind else None,
-                )  # fmt: skip
+            stamps = [m.timestamp() for m in messages]
+            yield RecordChunk(
+                rng.topic,
+                rng.partition,
+                [offset_of(m) for m in messages],
+                [m.key() for m in messages],
+                [m.value() for m in messages],
+                [millis if kind else None for kind, millis in stamps],
+            )
 
 
 def _range_ends(ranges: Iterable[OffsetRange]) -> dict[str, dict[str, int]]:
@@ -116,19 +92,11 @@ def _range_ends(ranges: Iterable[OffsetRange]) -> dict[str, dict[str, int]]:
     return dict(offsets)
 
 
-def _next_offsets(records: Sequence[RawRecord]) -> dict[str, dict[str, int]]:
-    offsets: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in records:
-        key = str(r.partition)
-        offsets[r.topic][key] = max(r.offset + 1, offsets[r.topic].get(key, 0))
-    return dict(offsets)
-
-
 # -- Debezium topics -------------------------------------------------------------------------
 
 
-def _write_debezium(records: list[RawRecord], plan: SinkPlan, report: TaskReport) -> TaskReport:
-    decoded = decode_records(records, plan.decoder)
+def _write_debezium(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -> TaskReport:
+    decoded = decode_chunks(chunks, plan.decoder)
     update = _Accumulator(report)
     for segment in decoded.tables:
         _write_segment(segment, plan, update)
@@ -212,10 +180,10 @@ def widen_schema(
 # -- plain JSON topics -------------------------------------------------------------------------
 
 
-def _write_json(records: list[RawRecord], plan: SinkPlan, report: TaskReport) -> TaskReport:
+def _write_json(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -> TaskReport:
     acc = _Accumulator(report)
     by_topic: dict[str, list[RawRecord]] = defaultdict(list)
-    for r in records:
+    for r in (c.record(i) for c in chunks for i in range(len(c))):
         if r.value is None:
             acc.report = acc.report.model_copy(update={"tombstones": acc.report.tombstones + 1})
         else:
