@@ -16,6 +16,14 @@ A bucket is the unit of parallelism and of memory: peak memory is about twice th
 the bucket's runs restricted to the columns read (runs + the merged result), plus ~24 bytes per
 row for the sort. Size buckets accordingly (the bucket count of a table bounds it); a streaming
 k-way merge over row groups would lower that bound but is not needed at the sizes buckets have.
+:func:`read_merged_buckets` reads the buckets of a scan ahead on a thread pool, one bucket per
+worker (memory: workers + 1 buckets).
+
+Late strings: a run holds every version of a key, and the losing ones are decoded only to be
+dropped. String columns stored with a small dictionary (a status, a country; judged from the
+footers, :func:`small_dictionary`) are read as dictionary arrays - indices only - and turned into
+strings after the merge, for the winning rows alone (never key or sequence columns; not in
+reads with a key filter or of runs that need schema alignment).
 
 Filters in a merge read: predicates on primary-key columns only may be applied before the merge
 (they keep or drop every version of a key alike), and also prune whole runs by statistics. Every
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -170,31 +178,66 @@ def _with_row_kind(table: pa.Table) -> pa.Table:
     return table.append_column(_ROW_KIND_FIELD, kinds)
 
 
-def _decode(
-    path: str, file: pq.ParquetFile, columns: list[str], key_filter: pc.Expression | None
+#: A string column chunk averaging at most this many bytes a value, uncompressed, holds a small
+#: dictionary: a plain-encoded string costs at least 4 bytes (its length) and a dictionary
+#: index up to 4 more, so only dictionary indices of a few bits plus a short dictionary fit.
+SMALL_DICTIONARY_BYTES_PER_VALUE = 2.0
+
+
+def small_dictionary(chunk: pq.ColumnChunkMetaData) -> bool:
+    """Whether a column chunk is dictionary-encoded with a dictionary much smaller than its values
+    (a status, a country): decoding its indices as a ``DictionaryArray`` is much cheaper than
+    copying a string per row."""
+    return bool(chunk.has_dictionary_page) and (
+        chunk.total_uncompressed_size <= SMALL_DICTIONARY_BYTES_PER_VALUE * chunk.num_values
+    )
+
+
+def _late_strings(
+    footers: Sequence[pq.FileMetaData], schema: pa.Schema, compared: Collection[str]
+) -> list[str]:
+    """Columns of ``schema`` to read as dictionaries and turn into strings after the merge, for
+    the winners only: string columns stored with a small dictionary in every row group of every
+    run, except the ``compared`` ones (key, sequence: the merge sorts them). Empty unless every
+    run holds ``schema``'s columns as they are (no schema evolution)."""
+    if not all(_same_columns(footer.schema.to_arrow_schema(), schema) for footer in footers):
+        return []
+    strings = {f.name for f in schema if pa.types.is_string(f.type) and f.name not in compared}
+    for footer in footers:
+        for group in range(footer.num_row_groups):
+            row_group = footer.row_group(group)
+            for leaf in range(row_group.num_columns):
+                chunk = row_group.column(leaf)
+                if chunk.path_in_schema in strings and not small_dictionary(chunk):
+                    strings.discard(chunk.path_in_schema)
+    return [name for name in schema.names if name in strings]
+
+
+def _read_run(
+    path: str,
+    footer: pq.FileMetaData,
+    schema: pa.Schema,
+    key_filter: pc.Expression | None,
+    dictionaries: Sequence[str],
 ) -> pa.Table:
-    """Some columns of one open file, rows outside the key filter left out.
+    """One run, whole, as ``schema`` (+ row kind), rows outside the key filter left out; the
+    ``dictionaries`` columns as dictionary arrays (see :func:`_late_strings`).
 
     Unfiltered, the file is read directly (a ``pyarrow.dataset`` per run would cost ~0.6 ms of
-    discovery and scanner set-up each); a key filter goes through a dataset scan, which skips row
+    discovery and scanner set-up); a key filter goes through a dataset scan, which skips row
     groups by their statistics (a key lookup in a large run).
     """
-    if key_filter is None:
-        return file.read(columns=columns, use_threads=False)
-    return ds.dataset(path, format="parquet").to_table(columns=columns, filter=key_filter)
-
-
-def _read_run(path: str, schema: pa.Schema, key_filter: pc.Expression | None) -> pa.Table:
-    """One run, whole, as ``schema`` (+ row kind), rows outside the key filter left out."""
-    file = pq.ParquetFile(path)
-    physical = file.schema_arrow
+    physical = footer.schema.to_arrow_schema()
     present = [n for n in schema.names if n in physical.names]
     if ROW_KIND_COLUMN in physical.names:
         present.append(ROW_KIND_COLUMN)
-    if _same_columns(physical, schema):
-        table = _decode(path, file, present, key_filter)
+    same = _same_columns(physical, schema)
+    if same and key_filter is not None:
+        table = ds.dataset(path, format="parquet").to_table(columns=present, filter=key_filter)
     else:
-        table = _decode(path, file, present, None)
+        file = pq.ParquetFile(path, metadata=footer, read_dictionary=list(dictionaries) or None)
+        table = file.read(columns=present, use_threads=False)
+    if not same:
         aligned = align_to_schema(
             table.drop_columns([ROW_KIND_COLUMN]) if ROW_KIND_COLUMN in present else table, schema
         )
@@ -202,8 +245,26 @@ def _read_run(path: str, schema: pa.Schema, key_filter: pc.Expression | None) ->
             aligned = aligned.append_column(_ROW_KIND_FIELD, table.column(ROW_KIND_COLUMN))
         table = aligned.filter(key_filter) if key_filter is not None else aligned
     table = _with_row_kind(table)
-    target = schema.append(_ROW_KIND_FIELD)
+    target = _run_schema(schema, dictionaries)
     return table if table.schema.equals(target) else table.cast(target)
+
+
+def _run_schema(schema: pa.Schema, dictionaries: Sequence[str]) -> pa.Schema:
+    """The schema runs are read as: ``schema``, some strings as dictionaries, + row kind."""
+    fields = [
+        f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionaries else f
+        for f in schema
+    ]
+    return pa.schema([*fields, _ROW_KIND_FIELD])
+
+
+def _decode_dictionaries(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s dictionary columns as the types ``schema`` gives them (plain strings)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type) and field.name in schema.names:
+            wanted = schema.field(field.name)
+            table = table.set_column(i, wanted, table.column(i).cast(wanted.type))
+    return table
 
 
 def _read_runs(
@@ -211,15 +272,25 @@ def _read_runs(
     schema: pa.Schema,
     key_filter: pc.Expression | None,
     *,
+    compared: Collection[str] = (),
     concurrent: bool = True,
 ) -> list[pa.Table]:
     """Read the runs, keeping their order: concurrently (Arrow decodes without the GIL) unless
-    the caller already reads several buckets at once."""
+    the caller already reads several buckets at once. With ``compared`` (the columns the merge
+    sorts by), low-cardinality string columns not among them come as dictionary arrays
+    (:func:`_late_strings`); :func:`_decode_dictionaries` turns them back into strings."""
+    footers = [pq.read_metadata(p) for p in paths]
+    late = bool(compared) and key_filter is None
+    dictionaries = _late_strings(footers, schema, compared) if late else []
+
+    def read(i: int) -> pa.Table:
+        return _read_run(paths[i], footers[i], schema, key_filter, dictionaries)
+
     if len(paths) <= 1 or not concurrent:
-        return [_read_run(p, schema, key_filter) for p in paths]
+        return [read(i) for i in range(len(paths))]
     workers = min(len(paths), max(1, pa.cpu_count()))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: _read_run(p, schema, key_filter), paths))
+        return list(pool.map(read, range(len(paths))))
 
 
 @dataclass(frozen=True)
@@ -291,7 +362,10 @@ class _MergeRead:
             for run in runs
             if not _skip(run, self.key_predicates, self.schema)
         ]
-        tables = _read_runs(paths, self.read, self.key_filter, concurrent=concurrent)
+        compared = [*self.primary_key, *([self.sequence_column] if self.sequence_column else [])]
+        tables = _read_runs(
+            paths, self.read, self.key_filter, compared=compared, concurrent=concurrent
+        )
         if not tables:
             return None
         merged = merge_runs(
@@ -301,9 +375,9 @@ class _MergeRead:
             keep_deletes=self.include_row_kind,
             ordered=self.ordered,
         )
-        if self.expression is not None:
-            merged = merged.filter(self.expression)
-        return merged.select(self.out)
+        if self.expression is not None:  # it may name any column, decoded or not
+            merged = _decode_dictionaries(merged, self.read).filter(self.expression)
+        return _decode_dictionaries(merged.select(self.out), self.read)
 
 
 def _batches(merged: pa.Table | None, batch_size: int) -> list[pa.RecordBatch]:

@@ -10,13 +10,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate
-from catalog.files.reader import read_files, read_merged, read_merged_buckets
+from catalog.files.reader import (
+    _late_strings,
+    read_files,
+    read_merged,
+    read_merged_buckets,
+    small_dictionary,
+)
 from catalog.files.writer import WriteOptions, prepare_merge_run, write_data_file
 from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, DataFile
 
@@ -258,6 +265,93 @@ def test_runs_without_a_row_kind_column_are_upserts(tmp_path: Path) -> None:
     )
     later = write_run(tmp_path, [(2, None, None, 1)])
     assert read_all(tmp_path, [base, later]) == [{"id": 1, "v": 1, "note": "a"}]
+
+
+# ------------------------------------------------------------------------ late strings
+
+STATUSES = ["new", "paid", "shipped"]
+
+
+def status_run(location: Path, keys: range, version: int, deleted: Sequence[int] = ()) -> DataFile:
+    """A run of ``keys`` whose low-cardinality ``note`` is a status, ``deleted`` keys deleted."""
+    rows = [(k, k * 10 + version, STATUSES[(k + version) % 3], 0) for k in keys]
+    rows += [(k, None, None, 1) for k in deleted]
+    return write_run(location, rows)
+
+
+def expected_status(keys: int, runs: int, deleted: set[int]) -> dict[int, tuple[int, str]]:
+    """Key -> (v, note) after runs 0..runs-1 of :func:`status_runs` (run r writes keys r..)."""
+    out = {}
+    for key in range(keys):
+        version = min(key, runs - 1)
+        out[key] = (key * 10 + version, STATUSES[(key + version) % 3])
+    return {k: v for k, v in out.items() if k not in deleted}
+
+
+@pytest.fixture
+def status_runs(tmp_path: Path) -> list[DataFile]:
+    """Three runs of 2,000 keys: run r rewrites keys r.. and the last one deletes keys 5..9."""
+    return [
+        status_run(tmp_path, range(r, 2000), r, deleted=range(5, 10) if r == 2 else ())
+        for r in range(3)
+    ]
+
+
+def test_small_dictionaries_are_told_from_other_string_columns(
+    tmp_path: Path, status_runs: list[DataFile]
+) -> None:
+    footer = pq.read_metadata(tmp_path / status_runs[0].path)
+    chunks = {footer.row_group(0).column(i).path_in_schema: i for i in range(footer.num_columns)}
+    assert small_dictionary(footer.row_group(0).column(chunks["note"]))
+    assert not small_dictionary(footer.row_group(0).column(chunks["id"]))
+    footers = [pq.read_metadata(tmp_path / f.path) for f in status_runs]
+    assert _late_strings(footers, SCHEMA, compared=["id"]) == ["note"]
+    assert _late_strings(footers, SCHEMA, compared=["id", "note"]) == []
+    unique = write_run(tmp_path, [(k, k, f"note {k}", 0) for k in range(2000)])
+    footers.append(pq.read_metadata(tmp_path / unique.path))
+    assert _late_strings(footers, SCHEMA, compared=["id"]) == []  # one run holds many notes
+    older = SCHEMA.remove(SCHEMA.get_field_index("v"))
+    old = write_data_file(status_table(older), tmp_path, bucket=0, options=FAST)
+    footers[-1] = pq.read_metadata(tmp_path / old.path)
+    assert _late_strings(footers, SCHEMA, compared=["id"]) == []  # a run of an older schema
+
+
+def status_table(schema: pa.Schema) -> pa.Table:
+    rows = [{"id": k, "v": k, "note": STATUSES[k % 3]} for k in range(2000)]
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+@pytest.mark.parametrize(
+    "row_filter",
+    [None, [Predicate("note", "=", "paid")], pc.field("note") == "paid"],
+    ids=["all", "predicate", "expression"],
+)
+def test_low_cardinality_strings_read_back_as_strings(
+    tmp_path: Path, status_runs: list[DataFile], ordered: bool, row_filter: object
+) -> None:
+    batches = list(
+        read_merged(tmp_path, status_runs, SCHEMA, ["id"], ordered=ordered, row_filter=row_filter)  # type: ignore[arg-type]
+    )
+    merged = pa.Table.from_batches(batches)
+    assert merged.schema.equals(SCHEMA)
+    expected = expected_status(2000, 3, deleted=set(range(5, 10)))
+    if row_filter is not None:
+        expected = {k: v for k, v in expected.items() if v[1] == "paid"}
+    assert {r["id"]: (r["v"], r["note"]) for r in merged.to_pylist()} == expected
+
+
+def test_low_cardinality_strings_keep_deletes_and_projections(
+    tmp_path: Path, status_runs: list[DataFile]
+) -> None:
+    batches = read_merged(
+        tmp_path, status_runs, SCHEMA, ["id"], columns=["note"], include_row_kind=True, ordered=True
+    )
+    merged = pa.Table.from_batches(list(batches))
+    assert merged.schema.field("note").type == pa.string()
+    kinds = merged.column(ROW_KIND_COLUMN).to_pylist()
+    assert kinds.count(ROW_KIND_DELETE) == 5 and merged.num_rows == 2000
+    assert merged.column("note").to_pylist()[:3] == ["new", "shipped", "paid"]
 
 
 # ------------------------------------------------------------------------ several buckets
