@@ -15,6 +15,7 @@ ties going to the newer run. Deleted keys are then dropped by their row kind.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -98,9 +99,59 @@ def last_change_per_key(
     return sorted_rows[last]
 
 
+#: The counting path spends one slot (4 bytes) per possible key value: at most this many per row.
+DENSE_SLOTS_PER_ROW = 4
+#: ... and handles at most this many stretches of increasing keys (about one per run).
+DENSE_MAX_STRETCHES = 256
+
+
+def newest_rows(key: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
+    """``out[i]`` is True when row ``i`` holds the last occurrence of its key, found by counting
+    instead of sorting; None when the keys do not suit it (then sort: :func:`last_change_per_key`).
+
+    The rows are cut into stretches of strictly increasing keys (a sorted run is one). Keys are
+    distinct within a stretch, so writing each stretch's row numbers into one slot per key value,
+    stretch after stretch, leaves every key's last row in its slot; a row is the last of its key
+    when its slot holds its own number. O(rows + key range) with two passes of random access:
+    about twice as fast as the stable sort when the keys span at most
+    :data:`DENSE_SLOTS_PER_ROW` values per row (sequential ids shared among a few buckets), and
+    at most :data:`DENSE_MAX_STRETCHES` stretches.
+    """
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, dtype=np.bool_)
+    low = int(key.min())
+    span = int(key.max()) - low + 1
+    if span > DENSE_SLOTS_PER_ROW * n or n >= 2**31:
+        return None
+    breaks = np.flatnonzero(key[1:] <= key[:-1]) + 1
+    if len(breaks) >= DENSE_MAX_STRETCHES:
+        return None
+    offsets = key - low  # in [0, span): exact whatever the key values
+    rows = np.arange(n, dtype=np.int32)
+    slots = np.empty(span, dtype=np.int32)  # only slots of present keys are ever read
+    for start, end in pairwise([0, *breaks.tolist(), n]):
+        slots[offsets[start:end]] = rows[start:end]
+    newest: npt.NDArray[np.bool_] = slots[offsets] == rows
+    return newest
+
+
+def _counted(
+    data: pa.Table, primary_key: Sequence[str], sequence_column: str | None
+) -> npt.NDArray[np.bool_] | None:
+    """:func:`newest_rows` of ``data`` when the winner is the newest row of one integer key."""
+    if len(primary_key) != 1 or sequence_column not in (None, primary_key[0]):
+        return None
+    key = _as_int64(data.column(primary_key[0]))
+    return newest_rows(key) if key is not None else None
+
+
+def _kinds(data: pa.Table) -> npt.NDArray[np.int8]:
+    return np.asarray(data.column(ROW_KIND_COLUMN).to_numpy(), dtype=np.int8)
+
+
 def _upserts(data: pa.Table, winners: Indices) -> Indices:
-    kinds = np.asarray(data.column(ROW_KIND_COLUMN).to_numpy(), dtype=np.int8)
-    upsert: npt.NDArray[np.bool_] = kinds[winners] == ROW_KIND_UPSERT
+    upsert: npt.NDArray[np.bool_] = _kinds(data)[winners] == ROW_KIND_UPSERT
     return winners[upsert]
 
 
@@ -135,6 +186,12 @@ def merge_runs(
     run order, still sorted by key within a run.
     """
     data = pa.concat_tables(runs)
+    counted = None if ordered else _counted(data, primary_key, sequence_column)
+    if counted is not None:
+        keep = counted
+        if not keep_deletes:
+            keep &= _kinds(data) == ROW_KIND_UPSERT
+        return _filter_runs(runs, keep)
     winners = last_change_per_key(data, primary_key, sequence_column)
     if not keep_deletes:
         winners = _upserts(data, winners)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.files.merge import merge_runs
+from catalog.files.merge import DENSE_SLOTS_PER_ROW, merge_runs, newest_rows
 from catalog.files.pruning import Predicate
 from catalog.files.reader import (
     _late_strings,
@@ -168,6 +169,33 @@ def test_merge_kernel_matches_the_dict_model(
     with_deletes = merge_runs(runs, pk, sequence, keep_deletes=True, ordered=True)
     kept = with_deletes.filter(pc.equal(with_deletes[ROW_KIND_COLUMN], ROW_KIND_UPSERT))
     assert merged_rows(kept, kind) == dict_model(kind, history, with_seq)
+
+
+def last_occurrences(keys: Sequence[int]) -> list[bool]:
+    last = {key: row for row, key in enumerate(keys)}
+    return [last[key] == row for row, key in enumerate(keys)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    runs=st.lists(st.lists(st.integers(0, 40), unique=True), min_size=1, max_size=8),
+    base=st.sampled_from([0, -(2**63), 2**63 - 64, -(10**12)]),
+)
+def test_counting_finds_the_last_row_of_every_key(runs: list[list[int]], base: int) -> None:
+    keys = [base + k for run in runs for k in sorted(run)]  # sorted runs, oldest first
+    newest = newest_rows(np.array(keys, dtype=np.int64))
+    if newest is None:  # declined: the keys spread over too many values
+        assert max(keys) - min(keys) + 1 > DENSE_SLOTS_PER_ROW * len(keys)
+    else:
+        assert newest.tolist() == last_occurrences(keys)
+
+
+def test_counting_declines_sparse_keys_and_unsorted_rows() -> None:
+    sparse = np.array([0, 10**9], dtype=np.int64)
+    assert newest_rows(sparse) is None
+    unsorted = np.array([3, 1, 2, 0] * 300, dtype=np.int64)  # 900 stretches
+    assert newest_rows(unsorted) is None
+    assert newest_rows(np.zeros(0, dtype=np.int64)) is not None
 
 
 # ------------------------------------------------------------------------ fixed scenarios
