@@ -11,6 +11,7 @@ import datetime as dt
 import uuid
 from enum import StrEnum
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Name of the row-kind column every merge-run file of a CDC table carries.
@@ -21,6 +22,11 @@ ROW_KIND_DELETE = 1
 #: Source-position column of CDC tables fed by ingest (fixed 16 bytes, byte order = source
 #: order); such tables name it as their sequence column, so replays never regress a key.
 SEQUENCE_COLUMN = "_ls_seq"
+#: Optional column of merge-run files: per row, the columns a *partial* change left out
+#: (list<string>; null for a complete row). Merges fill them from the key's previous change;
+#: see :mod:`catalog.files.partial`.
+UNSET_COLUMN = "_ls_unset"
+UNSET_TYPE = pa.list_(pa.string())
 #: Bucket number of tables that are unaware of buckets (append tables, Paimon's bucket = -1).
 UNAWARE_BUCKET = -1
 

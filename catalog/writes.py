@@ -18,12 +18,15 @@ import pyarrow.compute as pc
 from catalog.errors import SchemaError
 from catalog.files.bucketing import bucket_ids
 from catalog.files.evolution import is_widening
+from catalog.files.partial import has_partial_rows
 from catalog.files.writer import WriteOptions, write_data_files, write_merge_run
 from catalog.meta import TableMeta
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_DELETE,
     ROW_KIND_UPSERT,
+    UNSET_COLUMN,
+    UNSET_TYPE,
     CommitOp,
     DataFile,
     FileAction,
@@ -220,13 +223,19 @@ def run_schema(meta: TableMeta) -> pa.Schema:
 
 def changes(meta: TableMeta, rows: pa.Table) -> pa.Table:
     """Rows that already carry their row kind (e.g. decoded CDC events), as a merge run's
-    content: data columns conformed to the run schema, then the row-kind column."""
+    content: data columns conformed to the run schema, then the row-kind column, then the
+    unset-columns list if any row is a partial change."""
     if ROW_KIND_COLUMN not in rows.column_names:
         raise SchemaError(f"changes need the {ROW_KIND_COLUMN!r} column", table=str(meta.name))
     schema = run_schema(meta)
-    data = conform(meta, rows, schema=pa.schema(list(schema)[:-1]))
+    columns = [c for c in rows.column_names if c != UNSET_COLUMN]
+    data = conform(meta, rows.select(columns), schema=pa.schema(list(schema)[:-1]))
     kinds = rows.column(ROW_KIND_COLUMN).cast(pa.int8())
-    return pa.Table.from_arrays([*data.columns, kinds], schema=schema)
+    table = pa.Table.from_arrays([*data.columns, kinds], schema=schema)
+    if has_partial_rows(rows):  # changes that left columns out: see catalog.files.partial
+        unset = rows.column(UNSET_COLUMN).cast(UNSET_TYPE)
+        table = table.append_column(pa.field(UNSET_COLUMN, UNSET_TYPE), unset)
+    return table
 
 
 def upserts(meta: TableMeta, data: pa.Table) -> pa.Table:

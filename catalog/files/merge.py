@@ -22,6 +22,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog.files.partial import has_partial_rows, take_filled
 from catalog.model import ROW_KIND_COLUMN, ROW_KIND_UPSERT
 
 Indices = npt.NDArray[np.int64]
@@ -186,6 +187,12 @@ def merge_runs(
     run order, still sorted by key within a run.
     """
     data = pa.concat_tables(runs)
+    if has_partial_rows(data):  # changes that left columns out: see catalog.files.partial
+        winners = last_change_per_key(data, primary_key, sequence_column)
+        merged = take_filled(data, winners, primary_key, sequence_column)
+        if keep_deletes:
+            return merged
+        return merged.filter(pc.equal(merged.column(ROW_KIND_COLUMN), ROW_KIND_UPSERT))
     counted = None if ordered else _counted(data, primary_key, sequence_column)
     if counted is not None:
         keep = counted

@@ -52,7 +52,13 @@ from catalog.errors import SchemaError
 from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
-from catalog.model import ROW_KIND_COLUMN, ROW_KIND_UPSERT, DataFile
+from catalog.model import (
+    ROW_KIND_COLUMN,
+    ROW_KIND_UPSERT,
+    UNSET_COLUMN,
+    UNSET_TYPE,
+    DataFile,
+)
 
 #: Rows per yielded batch unless told otherwise.
 DEFAULT_BATCH_ROWS = 128 * 1024
@@ -61,6 +67,7 @@ DEFAULT_BATCH_ROWS = 128 * 1024
 RowFilter: TypeAlias = "pc.Expression | Sequence[Predicate] | None"
 
 _ROW_KIND_FIELD = pa.field(ROW_KIND_COLUMN, pa.int8(), nullable=False)
+_UNSET_FIELD = pa.field(UNSET_COLUMN, UNSET_TYPE)
 
 
 def _split_filter(row_filter: RowFilter) -> tuple[list[Predicate], pc.Expression | None]:
@@ -219,9 +226,13 @@ def _read_run(
     schema: pa.Schema,
     key_filter: pc.Expression | None,
     dictionaries: Sequence[str],
+    *,
+    partial: bool = False,
 ) -> pa.Table:
     """One run, whole, as ``schema`` (+ row kind), rows outside the key filter left out; the
-    ``dictionaries`` columns as dictionary arrays (see :func:`_late_strings`).
+    ``dictionaries`` columns as dictionary arrays (see :func:`_late_strings`). With ``partial``
+    (some run of the bucket holds partial changes) the unset-columns list comes last, null for
+    runs without it.
 
     Unfiltered, the file is read directly (a ``pyarrow.dataset`` per run would cost ~0.6 ms of
     discovery and scanner set-up); a key filter goes through a dataset scan, which skips row
@@ -229,8 +240,8 @@ def _read_run(
     """
     physical = footer.schema.to_arrow_schema()
     present = [n for n in schema.names if n in physical.names]
-    if ROW_KIND_COLUMN in physical.names:
-        present.append(ROW_KIND_COLUMN)
+    system = [c for c in _system_columns(partial) if c in physical.names]
+    present += system
     same = _same_columns(physical, schema)
     if same and key_filter is not None:
         table = ds.dataset(path, format="parquet").to_table(columns=present, filter=key_filter)
@@ -238,24 +249,29 @@ def _read_run(
         file = pq.ParquetFile(path, metadata=footer, read_dictionary=list(dictionaries) or None)
         table = file.read(columns=present, use_threads=False)
     if not same:
-        aligned = align_to_schema(
-            table.drop_columns([ROW_KIND_COLUMN]) if ROW_KIND_COLUMN in present else table, schema
-        )
-        if ROW_KIND_COLUMN in present:
-            aligned = aligned.append_column(_ROW_KIND_FIELD, table.column(ROW_KIND_COLUMN))
+        aligned = align_to_schema(table.drop_columns(system), schema)
+        for name in system:
+            aligned = aligned.append_column(table.schema.field(name), table.column(name))
         table = aligned.filter(key_filter) if key_filter is not None else aligned
     table = _with_row_kind(table)
-    target = _run_schema(schema, dictionaries)
+    if partial and UNSET_COLUMN not in table.column_names:
+        table = table.append_column(_UNSET_FIELD, pa.nulls(table.num_rows, UNSET_TYPE))
+    target = _run_schema(schema, dictionaries, partial)
     return table if table.schema.equals(target) else table.cast(target)
 
 
-def _run_schema(schema: pa.Schema, dictionaries: Sequence[str]) -> pa.Schema:
-    """The schema runs are read as: ``schema``, some strings as dictionaries, + row kind."""
+def _system_columns(partial: bool) -> list[str]:
+    return [ROW_KIND_COLUMN, UNSET_COLUMN] if partial else [ROW_KIND_COLUMN]
+
+
+def _run_schema(schema: pa.Schema, dictionaries: Sequence[str], partial: bool) -> pa.Schema:
+    """The schema runs are read as: ``schema``, some strings as dictionaries, + row kind
+    (+ the unset-columns list of partial changes)."""
     fields = [
         f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionaries else f
         for f in schema
     ]
-    return pa.schema([*fields, _ROW_KIND_FIELD])
+    return pa.schema([*fields, _ROW_KIND_FIELD, *([_UNSET_FIELD] if partial else [])])
 
 
 def _decode_dictionaries(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -282,9 +298,10 @@ def _read_runs(
     footers = [pq.read_metadata(p) for p in paths]
     late = bool(compared) and key_filter is None
     dictionaries = _late_strings(footers, schema, compared) if late else []
+    partial = any(UNSET_COLUMN in f.schema.to_arrow_schema().names for f in footers)
 
     def read(i: int) -> pa.Table:
-        return _read_run(paths[i], footers[i], schema, key_filter, dictionaries)
+        return _read_run(paths[i], footers[i], schema, key_filter, dictionaries, partial=partial)
 
     if len(paths) <= 1 or not concurrent:
         return [read(i) for i in range(len(paths))]
@@ -377,7 +394,10 @@ class _MergeRead:
         )
         if self.expression is not None:  # it may name any column, decoded or not
             merged = _decode_dictionaries(merged, self.read).filter(self.expression)
-        return _decode_dictionaries(merged.select(self.out), self.read)
+        out = self.out
+        if self.include_row_kind and UNSET_COLUMN in merged.column_names:
+            out = [*out, UNSET_COLUMN]  # a compaction must keep what it could not fill
+        return _decode_dictionaries(merged.select(out), self.read)
 
 
 def _batches(merged: pa.Table | None, batch_size: int) -> list[pa.RecordBatch]:

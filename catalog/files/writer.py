@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from catalog.errors import SchemaError
 from catalog.files.layout import PartitionValues, new_data_file_path, temp_name
 from catalog.files.merge import last_change_per_key
+from catalog.files.partial import take_filled
 from catalog.files.stats import column_stats
 from catalog.model import (
     ROW_KIND_COLUMN,
@@ -267,7 +268,7 @@ def prepare_merge_run(
         _check_not_null(data, [sequence_column], "sequence")
     data = _row_kinds(data)
     winners = last_change_per_key(data, primary_key, sequence_column)
-    return data.take(pa.array(winners))
+    return take_filled(data, winners, primary_key, sequence_column)
 
 
 def write_merge_run(

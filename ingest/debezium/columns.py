@@ -13,22 +13,26 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog.model import ROW_KIND_COLUMN
+from catalog.model import ROW_KIND_COLUMN, UNSET_COLUMN, UNSET_TYPE
 from ingest.debezium.codecs import BUILD_ERRORS, Codec
 from ingest.debezium.errors import DeadLetterReason
 from ingest.debezium.model import DeadLetter, DecodedTable
-from ingest.debezium.placeholders import UNAVAILABLE_HELP, placeholder_rows, placeholders_of
+from ingest.debezium.placeholders import placeholder_rows, placeholders_of
 from ingest.debezium.position import SEQ_COLUMN, SEQ_WIDTH
 from ingest.debezium.rows import Group, TableRows
 from ingest.debezium.unify import unify_schemas
 
 #: Why rows failed when their columns were built: reason and text, by position in their group.
 BadRows = dict[int, tuple[DeadLetterReason, str]]
-#: The rows of one group that survived (table row numbers) and their arrays by column name.
-_Part = tuple[list[int], dict[str, pa.Array]]
+#: Per row of a group (by position), the columns its change left out (Debezium placeholders).
+UnsetRows = dict[int, list[str]]
+#: The rows of one group that survived (table row numbers), their arrays by column name, and
+#: per surviving row the columns it left out (None when no row left any out).
+_Part = tuple[list[int], dict[str, pa.Array], list[list[str] | None] | None]
 
 _KIND_FIELD = pa.field(ROW_KIND_COLUMN, pa.int8(), nullable=False)
 _SEQ_FIELD = pa.field(SEQ_COLUMN, pa.binary(SEQ_WIDTH), nullable=False)
+UNAVAILABLE_KEY = "a primary-key column holds Debezium's placeholder for a value it did not send"
 
 
 def decode_table(rows: TableRows) -> tuple[list[DecodedTable], list[DeadLetter]]:
@@ -61,21 +65,24 @@ def segments(groups: list[Group]) -> list[tuple[pa.Schema, list[Group]]]:
 def _decode_group(
     rows: TableRows, group: Group, key: tuple[str, ...], dead: list[DeadLetter]
 ) -> _Part:
-    arrays, bad = decode_columns(group, key)
+    arrays, bad, unset = decode_columns(group, key)
     for position, (reason, error) in sorted(bad.items()):
         origin = rows.origin(group.positions[position])
         dead.append(DeadLetter.of(origin, reason, error, rows.name))
+    survivors = range(len(group.positions))
+    unset_lists = [unset.get(i) for i in survivors if i not in bad] if unset else None
     if not bad:
-        return group.positions, arrays
-    return [p for i, p in enumerate(group.positions) if i not in bad], arrays
+        return group.positions, arrays, unset_lists
+    kept = [p for i, p in enumerate(group.positions) if i not in bad]
+    return kept, arrays, unset_lists
 
 
 def _assemble(rows: TableRows, schema: pa.Schema, parts: list[_Part]) -> pa.Table:
     columns = [
-        _concat([_fit(arrays.get(f.name), f.type, len(kept)) for kept, arrays in parts])
+        _concat([_fit(arrays.get(f.name), f.type, len(kept)) for kept, arrays, _ in parts])
         for f in schema
     ]
-    kept = parts[0][0] if len(parts) == 1 else [p for part, _ in parts for p in part]
+    kept = parts[0][0] if len(parts) == 1 else [p for part, _, _ in parts for p in part]
     # One part keeps increasing row numbers: as many as the table has means every row.
     everything = len(parts) == 1 and len(kept) == len(rows.kinds)
     kinds = rows.kinds if everything else [rows.kinds[i] for i in kept]
@@ -84,6 +91,10 @@ def _assemble(rows: TableRows, schema: pa.Schema, parts: list[_Part]) -> pa.Tabl
     data = pa.py_buffer(b"".join(seqs))
     columns.append(pa.Array.from_buffers(pa.binary(SEQ_WIDTH), len(seqs), [None, data]))
     fields = [f.with_nullable(True) for f in schema] + [_KIND_FIELD, _SEQ_FIELD]
+    if any(unset is not None for _, _, unset in parts):
+        lists = [x for kept, _, unset in parts for x in (unset or [None] * len(kept))]
+        columns.append(pa.array(lists, UNSET_TYPE))
+        fields.append(pa.field(UNSET_COLUMN, UNSET_TYPE))
     table = pa.Table.from_arrays(columns, schema=pa.schema(fields))
     if len(parts) > 1:
         table = table.take(pc.sort_indices(pa.array(kept, type=pa.int64())))
@@ -107,12 +118,19 @@ class _Failed:
     values: list[object]
 
 
-def decode_columns(group: Group, key: tuple[str, ...]) -> tuple[dict[str, pa.Array], BadRows]:
-    """Every column of the group as an array, and the rows that failed (left out of the arrays).
+def decode_columns(
+    group: Group, key: tuple[str, ...]
+) -> tuple[dict[str, pa.Array], BadRows, UnsetRows]:
+    """Every column of the group as an array, the rows that failed (left out of the arrays),
+    and the rows whose change left columns out (their values are null in the arrays).
 
-    A row fails when a value does not fit its column or a primary-key value is null.
+    A row fails when a value does not fit its column or a primary-key value is null or left out.
+    A value left out is Debezium's placeholder for an unchanged TOASTed column: the row becomes
+    a partial change, completed from the key's previous change when merged
+    (:mod:`catalog.files.partial`).
     """
     bad: BadRows = {}
+    unset: UnsetRows = {}
     arrays: dict[str, pa.Array] = {}
     failed: list[_Failed] = []
     layout = group.layout
@@ -120,7 +138,10 @@ def decode_columns(group: Group, key: tuple[str, ...]) -> tuple[dict[str, pa.Arr
         if name in key and None in values:
             _null_keys(name, values, bad)
         for position in placeholder_rows(values, placeholders_of(codec)):
-            bad.setdefault(position, (DeadLetterReason.UNAVAILABLE_VALUE, UNAVAILABLE_HELP))
+            if name in key:
+                bad.setdefault(position, (DeadLetterReason.UNAVAILABLE_VALUE, UNAVAILABLE_KEY))
+            values[position] = None
+            unset.setdefault(position, []).append(name)
         try:
             arrays[name] = codec.build(values)
         except BUILD_ERRORS:
@@ -131,8 +152,8 @@ def decode_columns(group: Group, key: tuple[str, ...]) -> tuple[dict[str, pa.Arr
     for failure in failed:
         _bad_values(failure, bad)
     if not bad:
-        return arrays, bad
-    return _without(arrays, failed, bad, len(group.positions)), bad
+        return arrays, bad, unset
+    return _without(arrays, failed, bad, len(group.positions)), bad, unset
 
 
 def _without(

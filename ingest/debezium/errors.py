@@ -44,7 +44,8 @@ class DeadLetterReason(StrEnum):
     BAD_POSITION = "bad_position"
     UNMAPPED_TOPIC = "unmapped_topic"
     UNAVAILABLE_VALUE = "unavailable_value"
-    """An update left a large (TOASTed) column out: Debezium sent a placeholder, not the value."""
+    """A primary-key column holds Debezium's placeholder for a value it did not send. (In other
+    columns the placeholder makes a partial change, filled from the key's previous change.)"""
 
 
 class MessageError(DebeziumError):

@@ -11,7 +11,7 @@ from itertools import groupby
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog.model import ROW_KIND_COLUMN
+from catalog.model import ROW_KIND_COLUMN, UNSET_COLUMN
 from ingest.debezium.errors import DeadLetterReason, DecoderConfigError
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_arrow
 
@@ -118,10 +118,12 @@ class DecodedTable:
 
     ``rows`` holds the data columns (all nullable: a delete row carries only its key), then
     ``_ls_kind`` (int8, 0 = upsert, 1 = delete) and ``_ls_seq`` (16-byte source position, see
-    :mod:`ingest.debezium.position`), in batch order. ``source_schema`` is the data columns as
-    the source declares them (nullability, logical types in the field metadata): the schema a
-    caller compares with the catalog to evolve the table. ``primary_key`` is empty when neither
-    the messages' keys nor the configuration named one.
+    :mod:`ingest.debezium.position`), in batch order, and ``_ls_unset`` (the columns a row left
+    out, see :mod:`ingest.debezium.placeholders`) when any row is a partial change.
+    ``source_schema`` is the data columns as the source declares them (nullability, logical
+    types in the field metadata): the schema a caller compares with the catalog to evolve the
+    table. ``primary_key`` is empty when neither the messages' keys nor the configuration named
+    one.
     """
 
     table: str
@@ -136,6 +138,14 @@ class DecodedTable:
     @property
     def deletes(self) -> int:
         return int(pc.sum(self.rows.column(ROW_KIND_COLUMN)).as_py() or 0)
+
+    @property
+    def partial(self) -> int:
+        """Rows that left columns out (see :data:`~catalog.model.UNSET_COLUMN`)."""
+        if UNSET_COLUMN not in self.rows.column_names:
+            return 0
+        column = self.rows.column(UNSET_COLUMN)
+        return int(len(column) - column.null_count)
 
 
 @dataclass(frozen=True)

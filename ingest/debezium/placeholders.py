@@ -4,7 +4,8 @@ Under the default ``REPLICA IDENTITY``, PostgreSQL's logical decoding leaves out
 large columns stored out of line (TOASTed) that an UPDATE did not change, and Debezium puts
 ``__debezium_unavailable_value`` in their place: as the text itself for text-like columns,
 base64-encoded for binary ones, and as a one-element list for arrays. Writing the placeholder
-would overwrite the stored value in the lake.
+would overwrite the stored value in the lake; the decoder writes such a change as a *partial*
+row instead (see :mod:`catalog.files.partial`), completed from the key's previous change.
 
 Detection runs per column over a whole batch (a C-level ``in`` scan of the column's values),
 not per message: scanning every message's bytes for the marker cost more than a third of
@@ -19,11 +20,6 @@ from ingest.debezium.codecs import BinaryCodec, Codec, ListCodec, StringCodec
 
 UNAVAILABLE_MARKER = "__debezium_unavailable_value"
 UNAVAILABLE_MARKER_B64 = base64.b64encode(UNAVAILABLE_MARKER.encode()).decode()
-UNAVAILABLE_HELP = (
-    "the event holds Debezium's placeholder for an unchanged large (TOASTed) column; applying "
-    "it would overwrite the stored value. Set REPLICA IDENTITY FULL on the source table (or "
-    "Debezium's unavailable.value.placeholder handling) and replay this record"
-)
 
 
 def placeholders_of(codec: Codec) -> tuple[object, ...]:

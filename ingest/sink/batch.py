@@ -252,6 +252,7 @@ class BatchSink:
                     "rows": c.rows,
                     "upserts": c.upserts,
                     "deletes": c.deletes,
+                    "partial": c.partial,
                     "version": result.version_of(t),
                 }
                 for t, c in counts.items()

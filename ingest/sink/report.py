@@ -37,6 +37,16 @@ class TableCounts(_Model):
     rows: int = 0
     upserts: int = 0
     deletes: int = 0
+    #: Upserts that left columns out (unchanged TOASTed values), filled when merged.
+    partial: int = 0
+
+    def __add__(self, other: TableCounts) -> TableCounts:
+        return TableCounts(
+            rows=self.rows + other.rows,
+            upserts=self.upserts + other.upserts,
+            deletes=self.deletes + other.deletes,
+            partial=self.partial + other.partial,
+        )
 
 
 class TaskReport(_Model):
@@ -71,8 +81,5 @@ def total_counts(reports: Iterable[TaskReport]) -> dict[str, TableCounts]:
     totals: dict[str, TableCounts] = {}
     for report in reports:
         for table, c in report.counts.items():
-            t = totals.get(table, TableCounts())
-            totals[table] = TableCounts(
-                rows=t.rows + c.rows, upserts=t.upserts + c.upserts, deletes=t.deletes + c.deletes
-            )
+            totals[table] = totals.get(table, TableCounts()) + c
     return totals

@@ -127,7 +127,12 @@ def _write_segment(segment: DecodedTable, plan: SinkPlan, acc: _Accumulator) -> 
     acc.commit(stage_changes(target, changes(target, segment.rows)))
     acc.count(
         segment.table,
-        TableCounts(rows=segment.rows.num_rows, upserts=segment.upserts, deletes=segment.deletes),
+        TableCounts(
+            rows=segment.rows.num_rows,
+            upserts=segment.upserts,
+            deletes=segment.deletes,
+            partial=segment.partial,
+        ),
     )
 
 
@@ -263,12 +268,7 @@ class _Accumulator:
 
     def count(self, table: str, counts: TableCounts) -> None:
         old = self.report.counts.get(table, TableCounts())
-        new = TableCounts(
-            rows=old.rows + counts.rows,
-            upserts=old.upserts + counts.upserts,
-            deletes=old.deletes + counts.deletes,
-        )
-        self._add(counts={**self.report.counts, table: new})
+        self._add(counts={**self.report.counts, table: old + counts})
 
     def new_table(self, table: NewTable) -> None:
         if all(t.table != table.table for t in self.report.new_tables):

@@ -6,8 +6,10 @@ import pytest
 from debezium_events import (
     CUSTOMER_FIELDS,
     CUSTOMER_KEY_FIELDS,
+    b64,
     customer,
     customer_change,
+    field,
     key,
     numbered,
     payload,
@@ -16,7 +18,7 @@ from debezium_events import (
     value,
 )
 
-from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT
+from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, UNSET_COLUMN
 from ingest.debezium import (
     SEQ_COLUMN,
     DeadLetterReason,
@@ -182,3 +184,43 @@ def test_rows_keep_batch_order_and_every_change() -> None:
     rows = rows_of(records)
     assert [r["email"] for r in rows] == ["3@x", "1@x", "2@x"]
     assert max(rows, key=lambda r: r[SEQ_COLUMN])["email"] == "3@x"
+
+
+_TOASTED_FIELDS = [
+    field("id", "int32", optional=False),
+    field("v", "int32"),
+    field("note", "string"),
+    field("blob", "bytes"),
+    field("tags", "array", items={"type": "string", "optional": True}),
+]
+_MARKER = "__debezium_unavailable_value"
+
+
+def test_unchanged_toasted_values_make_a_partial_row_naming_the_columns_left_out() -> None:
+    # Default REPLICA IDENTITY: an UPDATE that leaves TOASTed columns alone sends placeholders,
+    # as text, base64 bytes or a one-element array depending on the column type.
+    full = {"id": 1, "v": 0, "note": "long", "blob": b64(b"\x00big"), "tags": ["a"]}
+    partial = {"id": 1, "v": 1, "note": _MARKER, "blob": b64(_MARKER.encode()), "tags": [_MARKER]}
+    events = [
+        record(value(payload("u", after=after, source=pg_source(lsn)), _TOASTED_FIELDS))
+        for after, lsn in ((full, 100), (partial, 200))
+    ]
+    batch = decode_records(numbered(events), DecoderConfig())
+
+    assert batch.dead_letters == ()
+    rows = batch.table(TABLE).rows.to_pylist()
+    assert [(r["v"], r["note"], r["blob"], r["tags"], r[UNSET_COLUMN]) for r in rows] == [
+        (0, "long", b"\x00big", ["a"], None),
+        (1, None, None, None, ["note", "blob", "tags"]),
+    ]
+
+
+def test_a_placeholder_in_a_key_column_is_a_dead_letter() -> None:
+    after = {"id": 1, "v": 1, "note": "x", "blob": None, "tags": None}
+    fields = [field("id", "string", optional=False), *_TOASTED_FIELDS[1:]]
+    body = payload("u", after={**after, "id": _MARKER})
+    events = [record(value(body, fields), key({"id": _MARKER}, fields[:1]))]
+
+    batch = decode_records(numbered(events), DecoderConfig())
+
+    assert [d.reason for d in batch.dead_letters] == [DeadLetterReason.UNAVAILABLE_VALUE]

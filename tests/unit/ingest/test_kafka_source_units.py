@@ -64,7 +64,7 @@ def test_emit_defaults_to_records_and_takes_ranges() -> None:
     base = {"kafka.bootstrap.servers": "h:9092", "subscribe": "t"}
     assert parse_options(base).emit is Emit.RECORDS
     assert parse_options({**base, "EMIT": "Ranges"}).emit is Emit.RANGES
-    with pytest.raises(KafkaOptionError, match="emit.*records, ranges"):
+    with pytest.raises(KafkaOptionError, match=r"emit.*records, ranges"):
         parse_options({**base, "emit": "rows"})
 
 
