@@ -67,6 +67,45 @@ def _rows_per_group(data: pa.Table, options: WriteOptions) -> int:
     return max(1, min(options.row_group_rows, options.row_group_bytes // row_bytes))
 
 
+def _is_bytes(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_binary_view(t)
+        or pa.types.is_dictionary(t)
+    )
+
+
+def _byte_leaves(name: str, t: pa.DataType) -> Iterator[str]:
+    """Parquet paths of the string/binary leaves of one field (pyarrow's compliant nesting)."""
+    if _is_bytes(t):
+        yield name
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _byte_leaves(f"{name}.{t.field(i).name}", t.field(i).type)
+    elif pa.types.is_map(t):
+        yield from _byte_leaves(f"{name}.key_value.key", t.key_type)
+        yield from _byte_leaves(f"{name}.key_value.value", t.item_type)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _byte_leaves(f"{name}.list.element", t.value_type)
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet columns written with dictionary encoding: strings and binaries only.
+
+    A dictionary pays off where values repeat and are wide (a status, a country, a name). For
+    numbers and timestamps it saves little (zstd compresses their repeats anyway), costs a hash
+    per value to write and a gather per value to read, and a small file (a merge run) keeps
+    even unique values under the dictionary size limit, so every column was stored as a
+    dictionary plus indices. Strings keep it: low-cardinality ones are then read as dictionaries
+    by merge-on-read (:func:`catalog.files.reader.small_dictionary`).
+    """
+    return [leaf for field in schema for leaf in _byte_leaves(field.name, field.type)]
+
+
 def _open_writer(
     sink: object, schema: pa.Schema, options: WriteOptions, sorted_by: Sequence[str], schema_id: int
 ) -> pq.ParquetWriter:
@@ -82,6 +121,7 @@ def _open_writer(
         schema.with_metadata(metadata),
         compression=options.compression,
         compression_level=options.compression_level,
+        use_dictionary=dictionary_columns(schema),
         sorting_columns=sorting,
     )
 

@@ -147,6 +147,36 @@ def test_long_string_stats_are_truncated_but_still_bound_the_values() -> None:
     assert stats.max >= high
 
 
+def test_only_string_and_binary_columns_are_dictionary_encoded(tmp_path: Path) -> None:
+    rows = 1000
+    data = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "qty": pa.array([i % 3 for i in range(rows)], pa.int32()),
+            "status": pa.array(["new", "paid"] * (rows // 2)),
+            "blob": pa.array([b"x", b"y"] * (rows // 2), pa.large_binary()),
+            "address": pa.array(
+                [{"city": "Oslo", "zip": i % 2} for i in range(rows)],
+                pa.struct([("city", pa.string()), ("zip", pa.int32())]),
+            ),
+            "tags": pa.array([["a", "b"]] * rows, pa.list_(pa.string())),
+            "attrs": pa.array([[("k", 1)]] * rows, pa.map_(pa.string(), pa.int64())),
+        }
+    )
+    file = write_data_file(data, tmp_path, options=WriteOptions(fsync=False))
+    footer = pq.read_metadata(tmp_path / file.path)
+    chunks = [footer.row_group(0).column(i) for i in range(footer.num_columns)]
+    with_dictionary = {c.path_in_schema for c in chunks if c.has_dictionary_page}
+    assert with_dictionary == {
+        "status",
+        "blob",
+        "address.city",
+        "tags.list.element",
+        "attrs.key_value.key",
+    }
+    assert pq.read_table(tmp_path / file.path).equals(data)
+
+
 def test_partition_paths_are_safe_for_any_value() -> None:
     nasty = ["../../etc", "a/b", "x=y", "%41", " ", "", "日本", "..", None]
     path = partition_path([(f"c{i}", v) for i, v in enumerate(nasty)])
