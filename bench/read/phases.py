@@ -2,9 +2,15 @@
 
 ``Scan.to_arrow`` is one call; these functions repeat its steps (for an unfiltered read of all
 columns) with the package's own functions and time each one, so a missed goal can be traced to
-decoding more rows, to the merge kernel, or to assembling the result. Decoding of runs calls the
-reader's private ``_read_runs`` because that is exactly what ``read_merged`` does (threaded, one
-task per run); re-implementing it here would time something else.
+decoding more rows, to the merge kernel, or to assembling the result. The merge-on-read steps are
+those of the reader's private ``_MergeRead.bucket`` (decode the runs, merge, turn late strings
+back into strings), called one by one because that is exactly what ``read_merged_buckets`` does;
+re-implementing them here would time something else.
+
+Here the buckets are read one after another (each bucket's runs decoded concurrently, as
+``read_merged`` does), so each phase is timed alone; the scan itself gives each of
+``pa.cpu_count()`` workers a whole bucket, overlapping one bucket's merge with another's decode,
+so its wall time is below the sum of the phases.
 """
 
 from __future__ import annotations
@@ -18,13 +24,20 @@ import pyarrow as pa
 
 from catalog import DataFile, Table
 from catalog.files.merge import merge_runs
-from catalog.files.reader import DEFAULT_BATCH_ROWS, _read_runs, read_files
+from catalog.files.reader import (
+    DEFAULT_BATCH_ROWS,
+    _decode_dictionaries,
+    _MergeRead,
+    _read_runs,
+    read_files,
+)
 
 #: Phase name -> what it covers, in the order a scan runs them.
 PHASES = {
     "plan": "reload metadata, resolve and plan the version (`Table.scan`: catalog queries)",
     "decode": "read and decode the Parquet files (runs: a bucket's runs on a thread pool)",
-    "merge": "runs only: last change per key, keep each run's winners (`merge_runs`)",
+    "merge": "runs only: newest change per key, keep each run's winners (`merge_runs`)",
+    "strings": "runs only: late strings (read as dictionaries) to strings, winners only",
     "assemble": "result batches, cast check, one Arrow table (`Table.from_batches`)",
     "total": "sum of the phases",
 }
@@ -52,13 +65,26 @@ def merged_phases(table: Table, version: int) -> dict[str, float]:
     clock = _Clock()
     scan = clock.run("plan", table.scan, version=version)
     meta = scan.meta
+    runs_schema = pa.schema(  # as Scan reads runs: delete rows carry only their key
+        [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
+    )
+    merge = _MergeRead.of(
+        meta.location,
+        runs_schema,
+        meta.primary_key,
+        sequence_column=meta.sequence_column,
+        columns=None,
+        row_filter=None,
+        include_row_kind=False,
+        ordered=False,
+    )
+    compared = [*meta.primary_key, *([meta.sequence_column] if meta.sequence_column else [])]
     batches: list[pa.RecordBatch] = []
     for part in scan.partitions():
         paths = [str(Path(meta.location) / f.path) for f in part.files]
-        runs = clock.run("decode", _read_runs, paths, meta.schema, None)
-        merged = clock.run(
-            "merge", merge_runs, runs, meta.primary_key, meta.sequence_column, ordered=False
-        )
+        runs = clock.run("decode", _read_runs, paths, merge.read, None, compared=compared)
+        merged = clock.run("merge", merge_runs, runs, meta.primary_key, meta.sequence_column)
+        merged = clock.run("strings", _decode_dictionaries, merged.select(merge.out), merge.read)
         batches += clock.run("assemble", _out_batches, merged, scan.schema)
     clock.run("assemble", pa.Table.from_batches, batches, schema=scan.schema)
     return clock.result()

@@ -279,7 +279,9 @@ def goal_lines(timings: Timings) -> list[str]:
 
 def phase_table(timings: Timings) -> list[str]:
     rows = [
-        "Phase-timed copies of the two lakestream reads (bench/read/phases.py), same rotation:",
+        "Phase-timed copies of the two lakestream reads (bench/read/phases.py), same rotation;"
+        " buckets one after another, where the real merge-on-read overlaps them on"
+        f" {pa.cpu_count()} workers:",
         "",
         "| phase | what | runs p50 ms | compacted p50 ms |",
         "| --- | --- | ---: | ---: |",
