@@ -100,8 +100,8 @@ def last_change_per_key(
     return sorted_rows[last]
 
 
-#: The counting path spends one slot (4 bytes) per possible key value: at most this many per row.
-DENSE_SLOTS_PER_ROW = 4
+#: The counting path spends one byte per possible key value: at most this many per row.
+DENSE_SLOTS_PER_ROW = 16
 #: ... and handles at most this many stretches of increasing keys (about one per run).
 DENSE_MAX_STRETCHES = 256
 
@@ -111,29 +111,30 @@ def newest_rows(key: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
     instead of sorting; None when the keys do not suit it (then sort: :func:`last_change_per_key`).
 
     The rows are cut into stretches of strictly increasing keys (a sorted run is one). Keys are
-    distinct within a stretch, so writing each stretch's row numbers into one slot per key value,
-    stretch after stretch, leaves every key's last row in its slot; a row is the last of its key
-    when its slot holds its own number. O(rows + key range) with two passes of random access:
-    about twice as fast as the stable sort when the keys span at most
-    :data:`DENSE_SLOTS_PER_ROW` values per row (sequential ids shared among a few buckets), and
-    at most :data:`DENSE_MAX_STRETCHES` stretches.
+    distinct within a stretch, so writing each stretch's number into one slot per key value,
+    stretch after stretch, leaves in every slot the last stretch holding that key; a row is the
+    last of its key when its slot holds its own stretch. O(rows + key range) with two passes of
+    random access over one byte per key value: 3-5x faster than the stable sort when the keys
+    span at most :data:`DENSE_SLOTS_PER_ROW` values per row (integer ids shared among buckets),
+    with at most :data:`DENSE_MAX_STRETCHES` stretches.
     """
     n = len(key)
     if n == 0:
         return np.zeros(0, dtype=np.bool_)
     low = int(key.min())
     span = int(key.max()) - low + 1
-    if span > DENSE_SLOTS_PER_ROW * n or n >= 2**31:
+    if span > DENSE_SLOTS_PER_ROW * n:
         return None
     breaks = np.flatnonzero(key[1:] <= key[:-1]) + 1
     if len(breaks) >= DENSE_MAX_STRETCHES:
         return None
     offsets = key - low  # in [0, span): exact whatever the key values
-    rows = np.arange(n, dtype=np.int32)
-    slots = np.empty(span, dtype=np.int32)  # only slots of present keys are ever read
-    for start, end in pairwise([0, *breaks.tolist(), n]):
-        slots[offsets[start:end]] = rows[start:end]
-    newest: npt.NDArray[np.bool_] = slots[offsets] == rows
+    bounds = [0, *breaks.tolist(), n]
+    slots = np.empty(span, dtype=np.uint8)  # only slots of present keys are ever read
+    for stretch, (start, end) in enumerate(pairwise(bounds)):
+        slots[offsets[start:end]] = stretch
+    stretch_of_row = np.repeat(np.arange(len(bounds) - 1, dtype=np.uint8), np.diff(bounds))
+    newest: npt.NDArray[np.bool_] = slots[offsets] == stretch_of_row
     return newest
 
 

@@ -198,6 +198,14 @@ def test_counting_declines_sparse_keys_and_unsorted_rows() -> None:
     assert newest_rows(np.zeros(0, dtype=np.int64)) is not None
 
 
+def test_counting_numbers_up_to_256_stretches() -> None:
+    stretches = [[s % 7, 7 + s % 5] for s in range(256)]  # 256 runs of 2 keys, overlapping
+    keys = [k for run in stretches for k in run]
+    newest = newest_rows(np.array(keys, dtype=np.int64))
+    assert newest is not None and newest.tolist() == last_occurrences(keys)
+    assert newest_rows(np.array([*keys, 0], dtype=np.int64)) is None  # a 257th stretch
+
+
 # ------------------------------------------------------------------------ fixed scenarios
 
 SCHEMA = pa.schema(
