@@ -62,6 +62,8 @@ from catalog.model import (
 
 #: Rows per yielded batch unless told otherwise.
 DEFAULT_BATCH_ROWS = 128 * 1024
+#: Most buckets :func:`read_merged_buckets` reads at once, whatever the core count (memory).
+MAX_BUCKETS_AHEAD = 8
 
 #: A row filter: our predicates (prune files, push key filters) or any Arrow expression.
 RowFilter: TypeAlias = "pc.Expression | Sequence[Predicate] | None"
@@ -455,11 +457,11 @@ def read_merged_buckets(
     """Merge-on-read of several buckets of one table: each bucket's batches, in order.
 
     Each bucket reads as :func:`read_merged` would read it. Buckets are read ahead on a thread
-    pool of ``pyarrow.cpu_count()`` workers, each decoding and merging a whole bucket (decoding
-    and the merge kernel run without the GIL), so merging one bucket overlaps with decoding the
-    next. Memory: up to workers + 1 buckets at once (those in flight and the one yielded). With
-    fewer buckets than workers, or one worker, buckets are read one at a time, each reading its
-    runs concurrently instead.
+    pool of ``pyarrow.cpu_count()`` workers (at most :data:`MAX_BUCKETS_AHEAD`), each decoding
+    and merging a whole bucket (decoding and the merge kernel run without the GIL), so merging
+    one bucket overlaps with decoding the next. Memory: up to workers + 1 buckets at once (those
+    in flight and the one yielded). With fewer buckets than workers, or one worker, buckets are
+    read one at a time, each reading its runs concurrently instead.
     """
     merge = _MergeRead.of(
         location,
@@ -471,7 +473,7 @@ def read_merged_buckets(
         include_row_kind=include_row_kind,
         ordered=ordered,
     )
-    workers = max(1, pa.cpu_count())
+    workers = max(1, min(pa.cpu_count(), MAX_BUCKETS_AHEAD))
     if workers < 2 or len(buckets) < workers:
         for runs in buckets:
             yield _batches(merge.bucket(runs, concurrent=True), batch_size)
