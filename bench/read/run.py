@@ -278,10 +278,15 @@ def goal_lines(timings: Timings) -> list[str]:
 
 
 def phase_table(timings: Timings) -> list[str]:
+    workers = pa.cpu_count()
+    overlap = (
+        f"the real merge-on-read overlaps them on {workers} workers"
+        if workers > 1
+        else "as the real read does on one worker"
+    )
     rows = [
         "Phase-timed copies of the two lakestream reads (bench/read/phases.py), same rotation;"
-        " buckets one after another, where the real merge-on-read overlaps them on"
-        f" {pa.cpu_count()} workers:",
+        f" buckets one after another ({overlap}):",
         "",
         "| phase | what | runs p50 ms | compacted p50 ms |",
         "| --- | --- | ---: | ---: |",
