@@ -26,7 +26,14 @@ from catalog.files.reader import (
     small_dictionary,
 )
 from catalog.files.writer import WriteOptions, prepare_merge_run, write_data_file
-from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, DataFile
+from catalog.model import (
+    ROW_KIND_COLUMN,
+    ROW_KIND_DELETE,
+    ROW_KIND_UPSERT,
+    UNSET_COLUMN,
+    UNSET_TYPE,
+    DataFile,
+)
 
 FAST = WriteOptions(fsync=False)
 
@@ -388,6 +395,29 @@ def test_low_cardinality_strings_keep_deletes_and_projections(
     kinds = merged.column(ROW_KIND_COLUMN).to_pylist()
     assert kinds.count(ROW_KIND_DELETE) == 5 and merged.num_rows == 2000
     assert merged.column("note").to_pylist()[:3] == ["new", "shipped", "paid"]
+
+
+def test_late_strings_fill_partial_changes(tmp_path: Path) -> None:
+    """A partial change that left the (dictionary-read) status out takes it from the older run."""
+    fields = [*SCHEMA, pa.field(ROW_KIND_COLUMN, pa.int8()), pa.field(UNSET_COLUMN, UNSET_TYPE)]
+
+    def run(rows: list[tuple[int, int, str | None, list[str] | None]]) -> DataFile:
+        table = pa.Table.from_pylist(
+            [
+                {"id": k, "v": v, "note": n, ROW_KIND_COLUMN: 0, UNSET_COLUMN: u}
+                for k, v, n, u in rows
+            ],
+            schema=pa.schema(fields),
+        )
+        return write_data_file(prepare_merge_run(table, ["id"]), tmp_path, bucket=0, options=FAST)
+
+    older = run([(k, 0, STATUSES[k % 3], None) for k in range(2000)])
+    newer = run([(k, 1, None, ["note"]) for k in range(0, 2000, 2)] + [(5000, 1, None, ["note"])])
+    footers = [pq.read_metadata(tmp_path / f.path) for f in (older, newer)]
+    assert _late_strings(footers, SCHEMA, compared=["id"]) == ["note"]
+    merged = pa.Table.from_batches(list(read_merged(tmp_path, [older, newer], SCHEMA, ["id"])))
+    expected = {k: (1 - k % 2, STATUSES[k % 3]) for k in range(2000)} | {5000: (1, None)}
+    assert {r["id"]: (r["v"], r["note"]) for r in merged.to_pylist()} == expected
 
 
 # ------------------------------------------------------------------------ several buckets
