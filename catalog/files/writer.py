@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,11 @@ class WriteOptions:
 
     compression: str = "zstd"
     compression_level: int | None = None
+    #: Codec of merge runs, the short-lived level-0 files a compaction rewrites (with
+    #: ``compression``): every merge-on-read decodes all of them, so they favour decode speed
+    #: over size, as LSM engines do (RocksDB's per-level compression, Paimon's
+    #: ``file.compression.per.level``). None: the same as ``compression``.
+    run_compression: str | None = "lz4"
     row_group_rows: int = 128 * 1024
     row_group_bytes: int = 64 * MiB
     #: Size on disk the splitter aims at; a file ends at the first row group past it.
@@ -334,5 +339,11 @@ def write_merge_run(
         bucket=bucket,
         schema_id=schema_id,
         sorted_by=primary_key,
-        options=options,
+        options=_for_runs(options),
     )
+
+
+def _for_runs(options: WriteOptions) -> WriteOptions:
+    if options.run_compression is None or options.run_compression == options.compression:
+        return options
+    return replace(options, compression=options.run_compression, compression_level=None)

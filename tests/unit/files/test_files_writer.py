@@ -296,3 +296,21 @@ def test_write_merge_run_writes_a_sorted_bucket_file(tmp_path: Path) -> None:
         {"id": 1, "v": "b"},
         {"id": 5, "v": "c"},
     ]
+
+
+@pytest.mark.parametrize(("run_compression", "expected"), [("lz4", "LZ4"), (None, "ZSTD")])
+def test_merge_runs_use_the_run_codec_and_data_files_keep_theirs(
+    tmp_path: Path, run_compression: str | None, expected: str
+) -> None:
+    from catalog.files.writer import write_merge_run
+
+    options = WriteOptions(fsync=False, run_compression=run_compression)
+    changes = pa.table({"id": [1, 2], "v": ["a", "b"]})
+    run = write_merge_run(changes, tmp_path, ["id"], bucket=0, options=options)
+    data = write_data_file(changes, tmp_path, options=options)
+
+    def codec(file: DataFile) -> str:
+        return str(pq.ParquetFile(tmp_path / file.path).metadata.row_group(0).column(1).compression)
+
+    assert (codec(run), codec(data)) == (expected, "ZSTD")
+    assert pq.read_table(tmp_path / run.path).select(["id", "v"]).equals(changes)
