@@ -51,22 +51,55 @@ class Predicate:
         if self.op == "in" and not isinstance(self.value, tuple | list | frozenset | set):
             raise ValueError("the 'in' operator needs a collection of values")
 
-    def to_expression(self) -> pc.Expression:
+    def to_expression(self, schema: pa.Schema | None = None) -> pc.Expression:
+        """The predicate as an Arrow expression. With ``schema``, values are converted to the
+        column's type first (a naive datetime against a zoned timestamp column is taken in that
+        zone, an int against a float column becomes a float), as the statistics pruning does;
+        an untyped value would fail to compare ("Cannot compare timestamp with timezone ...")."""
         field = pc.field(self.column)
         if self.op == "is_null":
             return field.is_null()
         if self.op == "is_not_null":
             return field.is_valid()
+        arrow_type = _column_type(schema, self.column)
         if self.op == "in":
-            return field.isin(_values(self))
-        return _COMPARE[self.op](field, pc.scalar(self.value))
+            return field.isin(_typed_values(_values(self), arrow_type))
+        return _COMPARE[self.op](field, _typed(self.value, arrow_type))
 
 
-def to_expression(predicates: Iterable[Predicate]) -> pc.Expression | None:
+def _column_type(schema: pa.Schema | None, column: str) -> pa.DataType | None:
+    if schema is None or schema.get_field_index(column) < 0:
+        return None
+    return schema.field(column).type
+
+
+def _typed(value: object, arrow_type: pa.DataType | None) -> pa.Scalar:
+    """``value`` as a scalar of the column type when it converts; as it is otherwise (Arrow's
+    own comparison then decides, and explains a mismatch)."""
+    if isinstance(value, pa.Scalar) or arrow_type is None:
+        return value if isinstance(value, pa.Scalar) else pa.scalar(value)
+    try:
+        return pa.scalar(value, arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        return pa.scalar(value)
+
+
+def _typed_values(values: list[object], arrow_type: pa.DataType | None) -> pa.Array | list[object]:
+    if arrow_type is None:
+        return values
+    try:
+        return pa.array(values, arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        return values
+
+
+def to_expression(
+    predicates: Iterable[Predicate], schema: pa.Schema | None = None
+) -> pc.Expression | None:
     """The conjunction of ``predicates`` as an Expression; None when there are none."""
     result: pc.Expression | None = None
     for predicate in predicates:
-        expression = predicate.to_expression()
+        expression = predicate.to_expression(schema)
         result = expression if result is None else result & expression
     return result
 

@@ -72,13 +72,15 @@ _ROW_KIND_FIELD = pa.field(ROW_KIND_COLUMN, pa.int8(), nullable=False)
 _UNSET_FIELD = pa.field(UNSET_COLUMN, UNSET_TYPE)
 
 
-def _split_filter(row_filter: RowFilter) -> tuple[list[Predicate], pc.Expression | None]:
+def _split_filter(
+    row_filter: RowFilter, schema: pa.Schema
+) -> tuple[list[Predicate], pc.Expression | None]:
     if row_filter is None:
         return [], None
     if isinstance(row_filter, pc.Expression):
         return [], row_filter
     predicates = list(row_filter)
-    return predicates, to_expression(predicates)
+    return predicates, to_expression(predicates, schema)
 
 
 def _path(location: str | os.PathLike[str], file: DataFile | str) -> str:
@@ -151,7 +153,7 @@ def read_files(
     ``files`` are DataFiles (their statistics prune) or paths relative to ``location``.
     Batches follow ``schema`` restricted to ``columns`` (all columns by default).
     """
-    predicates, expression = _split_filter(row_filter)
+    predicates, expression = _split_filter(row_filter, schema)
     wanted = list(columns) if columns is not None else schema.names
     _subschema(schema, [*wanted, *(p.column for p in predicates)])  # unknown columns fail early
     for file in files:
@@ -343,7 +345,7 @@ class _MergeRead:
         include_row_kind: bool,
         ordered: bool,
     ) -> _MergeRead:
-        predicates, expression = _split_filter(row_filter)
+        predicates, expression = _split_filter(row_filter, schema)
         _subschema(schema, [*(columns or ()), *(p.column for p in predicates)])  # fail early
         key_predicates = [p for p in predicates if p.column in primary_key]
         read = _subschema(
@@ -367,7 +369,7 @@ class _MergeRead:
             sequence_column=sequence_column,
             read=read,
             key_predicates=key_predicates,
-            key_filter=to_expression(key_predicates),
+            key_filter=to_expression(key_predicates, schema),
             expression=expression,
             out=out,
             include_row_kind=include_row_kind,

@@ -107,6 +107,32 @@ def test_predicates_become_expressions() -> None:
     assert to_expression([]) is None
 
 
+def test_values_take_the_column_type_so_naive_datetimes_compare_with_zoned_columns() -> None:
+    zone = dt.timezone(dt.timedelta(hours=2))
+    table = pa.table(
+        {
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), dt.datetime(2024, 1, 3, tzinfo=dt.UTC)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "f": pa.array([1.0, 2.5], pa.float64()),
+        }
+    )
+    cases = [
+        (Predicate("ts", ">=", dt.datetime(2024, 1, 2)), [1]),  # naive: taken as UTC
+        (Predicate("ts", "<", dt.datetime(2024, 1, 2, 1, tzinfo=zone)), [0]),
+        (Predicate("ts", "in", [dt.datetime(2024, 1, 3)]), [1]),
+        (Predicate("f", ">", 2), [1]),
+    ]
+    for predicate, rows in cases:
+        expression = to_expression([predicate], table.schema)
+        assert expression is not None
+        got = table.append_column("i", pa.array([0, 1])).filter(expression)
+        assert got.column("i").to_pylist() == rows, predicate
+    with pytest.raises(pa.ArrowInvalid, match="timezone"):  # untyped: Arrow refuses
+        table.filter(Predicate("ts", ">=", dt.datetime(2024, 1, 2)).to_expression())
+
+
 def test_invalid_predicates_are_refused() -> None:
     with pytest.raises(ValueError, match="operator"):
         Predicate("x", "~", 1)  # type: ignore[arg-type]
