@@ -50,7 +50,7 @@ from catalog.partitioning import PartitionSpec
 from catalog.planning import PartitionFilter, ScanPlan, plan_scan
 from catalog.queries import query
 from catalog.retry import RetryPolicy
-from catalog.scan import FilterSpec, Scan, ScanFilter
+from catalog.scan import FilterSpec, Scan, ScanFilter, partition_filter
 from catalog.schema_changes import plan_schema_change, record_schema
 from catalog.snapshots import all_partition_heads, load_snapshots, partition_heads
 from catalog.store import PgStore, StoreSettings, translate_errors
@@ -515,9 +515,10 @@ class Table:
         (they prune partitions, buckets and files) or a ``pyarrow.compute`` expression.
         """
         self.refresh()
-        return Scan(
-            self.meta, self.plan(version=version, as_of=as_of), columns, ScanFilter.of(filter)
-        )
+        scan_filter = ScanFilter.of(filter)
+        pruned = partition_filter(self.meta, scan_filter)  # before any snapshot is loaded
+        plan = self.plan(version=version, as_of=as_of, partition_filter=pruned)
+        return Scan(self.meta, plan, columns, scan_filter)
 
     def append(
         self,

@@ -9,7 +9,7 @@ bring back an older version of a key.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -24,7 +24,7 @@ from catalog.files.stats import encode_stat
 from catalog.meta import TableMeta
 from catalog.model import ColumnStats
 from catalog.partitioning import typed_value
-from catalog.planning import PartitionScan, ScanPlan
+from catalog.planning import PartitionFilter, PartitionScan, ScanPlan
 
 FilterSpec: TypeAlias = pc.Expression | Sequence[Predicate | tuple[str, str, object]] | None
 
@@ -50,19 +50,37 @@ class ScanFilter:
 
 def partition_may_match(meta: TableMeta, part: PartitionScan, scan_filter: ScanFilter) -> bool:
     """Whether a partition can hold matching rows, judged by its exact partition values."""
+    return values_may_match(meta, part.values, scan_filter)
+
+
+def values_may_match(
+    meta: TableMeta, values: Mapping[str, str | None], scan_filter: ScanFilter
+) -> bool:
+    """Whether rows with these partition values (as the partition path holds them) can match.
+
+    Every row of a partition holds the same value, so one row stands for all of them.
+    """
     for predicate in scan_filter.predicates:
         if predicate.column not in meta.spec.columns:
             continue
         arrow_type = meta.schema.field(predicate.column).type
-        value = typed_value(part.values[predicate.column], arrow_type)
+        value = typed_value(values[predicate.column], arrow_type)
         if value is None:
-            stats = ColumnStats(null_count=part.row_count)
+            stats = ColumnStats(null_count=1)
         else:
             encoded = encode_stat(pa.scalar(value, arrow_type))
             stats = ColumnStats(min=encoded, max=encoded, null_count=0)
-        if not may_match(predicate, stats, arrow_type, part.row_count):
+        if not may_match(predicate, stats, arrow_type, 1):
             return False
     return True
+
+
+def partition_filter(meta: TableMeta, scan_filter: ScanFilter) -> PartitionFilter | None:
+    """A filter for :meth:`catalog.Table.plan` that skips partitions before their snapshots are
+    loaded; None when no predicate is on a partition column."""
+    if not any(p.column in meta.spec.columns for p in scan_filter.predicates):
+        return None
+    return lambda values: values_may_match(meta, values, scan_filter)
 
 
 def wanted_buckets(meta: TableMeta, scan_filter: ScanFilter) -> set[int] | None:

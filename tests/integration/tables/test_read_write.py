@@ -48,6 +48,8 @@ def test_append_and_read_back_with_odd_partition_values(catalog: Catalog):
     assert events.scan(filter=[("region", "=", "")]).to_arrow().column("id").to_pylist() == [3]
     only_eu = events.scan(filter=[("region", "=", "eu")])
     assert len(only_eu.partitions()) == 1 and only_eu.count() == 2
+    assert len(only_eu.plan.partitions) == 1, "other partitions pruned before their snapshots"
+    assert len(events.scan(filter=[("region", "is_not_null")]).plan.partitions) == 3
     assert events.scan(columns=["id"], filter=pc.field("total") > 3.5).to_arrow().column(
         "id"
     ).to_pylist() in ([4, 5], [5, 4])
