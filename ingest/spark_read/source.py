@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 
 from catalog import Catalog, StoreSettings, Table
 from catalog.files.pruning import Predicate
-from catalog.scan import Scan, ScanFilter
+from catalog.scan import Scan, ScanFilter, partition_filter
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
 from ingest.spark_read.filters import ColumnRef, split_filters
 from ingest.spark_read.options import CATALOG, ReadOptions, parse_options
@@ -150,11 +150,13 @@ class LakestreamReader(DataSourceReader):
             table = catalog.load_table(self._pinned.name)
             if table.meta.table_id != self._pinned.table_id:
                 raise TableReplacedError(self._pinned.name)
+            scan_filter = ScanFilter(predicates=tuple(self._predicates))
+            pruned = partition_filter(table.meta, scan_filter)  # before snapshots load
             scan = Scan(
                 table.meta,
-                table.plan(version=self._pinned.version),
+                table.plan(version=self._pinned.version, partition_filter=pruned),
                 [c.name for c in self._columns.values()],
-                ScanFilter(predicates=tuple(self._predicates)),
+                scan_filter,
             )
         parts = input_partitions(self._spec(table), scan.partitions(), self._max_split_bytes)
         self._log_plan(scan, parts)
