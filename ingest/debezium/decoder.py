@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import orjson
 import pyarrow as pa
 
+from catalog.model import ROW_KIND_UPSERT
 from ingest.debezium.columns import decode_table
 from ingest.debezium.errors import DeadLetterReason, MessageError
 from ingest.debezium.model import (
@@ -31,6 +32,7 @@ from ingest.debezium.model import (
     RecordChunk,
 )
 from ingest.debezium.position import BadPosition, encode_position
+from ingest.debezium.rows import UPSERT_OPS as _UPSERT_OPS
 from ingest.debezium.rows import Row, TableRows
 from ingest.debezium.topics import Route, route_topic
 from ingest.debezium.unify import unify_schemas
@@ -93,6 +95,7 @@ class _Batch:
         rows = self.tables.get(table) or self._table(table)
         keys = chunk.keys
         loads = orjson.loads
+        plain = rows.plain_path()
         for index, value in enumerate(chunk.values):
             if not value:
                 self.tombstones += 1
@@ -110,7 +113,24 @@ class _Batch:
                         DeadLetterReason.BAD_ENVELOPE, "the message is not an object"
                     )
                 seq = _position(document, chunk, index)
+                row = document.get("after")
+                if (
+                    plain is not None
+                    and schema is None
+                    and type(row) is dict
+                    and document.get("op") in _UPSERT_OPS
+                    and (plain.names is None or plain.names.issuperset(row))
+                ):  # the common event, kept inline: see TableRows.add for the general case
+                    get = row.get
+                    for name, append in plain.appenders:
+                        append(get(name))
+                    plain.add_position(len(plain.kinds))
+                    plain.kinds.append(ROW_KIND_UPSERT)
+                    plain.add_seq(seq)
+                    plain.add_origin(base + index)
+                    continue
                 rows.add(document, schema, seq, keys[index], base + index)
+                plain = plain or rows.plain_path()
             except orjson.JSONDecodeError as exc:
                 error = f"malformed JSON: {exc}"
                 self._dead(chunk, index, DeadLetterReason.MALFORMED_JSON, error, table)

@@ -12,7 +12,9 @@ never leaves half a row behind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
+from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -24,7 +26,7 @@ from ingest.debezium.model import DecoderConfig, Origins, RawRecord
 
 Row = dict[str, object]
 
-_UPSERT_OPS = ("c", "r", "u")
+UPSERT_OPS = ("c", "r", "u")
 
 
 class Group:
@@ -49,6 +51,18 @@ class Group:
                 DeadLetterReason.SCHEMA_MISMATCH,
                 f"columns {extra} are not in the configured schema",
             )
+
+
+class PlainPath(NamedTuple):
+    """Bound appenders of a table's schemaless group: the decoder's inline path for the
+    common event (``c``/``r``/``u`` with an ``after`` object, no embedded schema)."""
+
+    appenders: tuple[tuple[str, Callable[[object], None]], ...]
+    names: frozenset[str] | None
+    add_position: Callable[[int], None]
+    kinds: list[int]
+    add_seq: Callable[[bytes], None]
+    add_origin: Callable[[int], None]
 
 
 class TableRows:
@@ -76,21 +90,7 @@ class TableRows:
 
     def add(self, payload: Row, schema: object, seq: bytes, key: bytes | None, origin: int) -> None:
         """Validate one envelope and keep its row; raises :class:`MessageError` if it is bad."""
-        op = payload.get("op")
-        if op in _UPSERT_OPS:
-            row = payload.get("after")
-            if type(row) is not dict:
-                raise MessageError(DeadLetterReason.MISSING_ROW, f"op {op!r} without 'after'")
-            kind = ROW_KIND_UPSERT
-            if self.primary_key is None:
-                self.key_columns(key)
-        elif op == "d":
-            row = self.delete_row(payload.get("before"), key)
-            kind = ROW_KIND_DELETE
-        elif op == "t":
-            raise MessageError(DeadLetterReason.UNSUPPORTED_OP, "truncate events are not applied")
-        else:
-            raise MessageError(DeadLetterReason.UNKNOWN_OP, f"unknown op {op!r}")
+        kind, row = self.change(payload, key)
         group = self._group_of.get(None) if schema is None else None
         if group is None:
             group = self.group(schema)
@@ -103,6 +103,33 @@ class TableRows:
         self.kinds.append(kind)
         self.seqs.append(seq)
         self.origins.append(origin)
+
+    def change(self, payload: Row, key: bytes | None) -> tuple[int, Row]:
+        """The row kind and the row of a change event (the key columns only for a delete)."""
+        op = payload.get("op")
+        if op in UPSERT_OPS:
+            row = payload.get("after")
+            if type(row) is not dict:
+                raise MessageError(DeadLetterReason.MISSING_ROW, f"op {op!r} without 'after'")
+            if self.primary_key is None:
+                self.key_columns(key)
+            return ROW_KIND_UPSERT, row
+        if op == "d":
+            return ROW_KIND_DELETE, self.delete_row(payload.get("before"), key)
+        if op == "t":
+            raise MessageError(DeadLetterReason.UNSUPPORTED_OP, "truncate events are not applied")
+        raise MessageError(DeadLetterReason.UNKNOWN_OP, f"unknown op {op!r}")
+
+    def plain_path(self) -> PlainPath | None:
+        """What the decoder needs to keep a schemaless upsert inline, without :meth:`add`:
+        available once the schemaless group exists and the primary key is known."""
+        group = self._group_of.get(None)
+        if group is None or self.primary_key is None:
+            return None
+        return PlainPath(
+            group.appenders, group.names, group.positions.append, self.kinds, self.seqs.append,
+            self.origins.append,
+        )  # fmt: skip
 
     def key_columns(self, key: bytes | None) -> tuple[str, ...]:
         """The primary key: configured, else learnt from the first message key of the batch."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from typing import overload
 
 import pyarrow as pa
 import structlog
@@ -183,3 +184,47 @@ def _consume(
             last_progress = time.monotonic()
         elif not progress.done and time.monotonic() - last_progress > timeout_s:
             raise progress.incomplete(timeout_s)
+
+
+class MessageKeys(Sequence[bytes | None]):
+    """The keys of consumed messages, read from each message only when asked for."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self._messages = messages
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes | None]: ...
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes | None] | None:
+        if isinstance(index, slice):
+            return [m.key() for m in self._messages[index]]
+        return self._messages[index].key()
+
+
+class MessageTimestamps(Sequence[int | None]):
+    """Record timestamps (ms) of consumed messages, None where a record has none; read from
+    each message only when asked for."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self._messages = messages
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> int | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int | None]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int | None] | None:
+        if isinstance(index, slice):
+            return [_millis(m) for m in self._messages[index]]
+        return _millis(self._messages[index])
+
+
+def _millis(message: Message) -> int | None:
+    kind, millis = message.timestamp()
+    return millis if kind else None

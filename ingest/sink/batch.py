@@ -263,6 +263,8 @@ class BatchSink:
             ignored=sum(r.ignored for r in reports),
             tombstones=sum(r.tombstones for r in reports),
             write_ms=round(write_s * 1000),
+            task_cpu_ms=sum(r.cpu_ms for r in reports),
+            task_wall_ms=max((r.wall_ms for r in reports), default=0),
             commit_ms=round(commit_s * 1000),
             attempts=result.attempts,
             lag_ms=_lag_ms(reports),

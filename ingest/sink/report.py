@@ -63,6 +63,9 @@ class TaskReport(_Model):
     tombstones: int = 0
     records: int = 0
     max_timestamp_ms: int | None = None
+    #: The task's own CPU and wall time (read + decode + write), for the batch log.
+    cpu_ms: int = 0
+    wall_ms: int = 0
 
 
 def merge_offsets(

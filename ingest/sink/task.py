@@ -9,6 +9,7 @@ by primary key) are in one task: each task writes at most one sorted run per buc
 from __future__ import annotations
 
 import io
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -32,7 +33,7 @@ from ingest.debezium import (
 )
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
-from ingest.kafka.reader import read_messages
+from ingest.kafka.reader import MessageKeys, MessageTimestamps, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
 from ingest.sink.plan import SinkPlan, SourceFormat
@@ -50,11 +51,13 @@ DEAD_LETTER_SCHEMA = pa.schema([
 def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: the task's offset ranges in, their records read from Kafka here,
     decoded and written; one report row out (the records never pass through the JVM)."""
+    started_cpu, started = time.process_time(), time.monotonic()
     configure_worker_logging(plan.log_level)
     log = structlog.get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
     ranges = [rng for batch in batches for rng in ranges_of(batch)]
     chunks = list(read_chunks(ranges, plan.kafka))
-    known = [t for c in chunks for t in c.timestamps_ms if t is not None]
+    # the newest record of each chunk (offset order) stands for the chunk in the lag figure
+    known = [t for t in (c.timestamps_ms[-1] for c in chunks) if t is not None]
     report = TaskReport(
         records=sum(len(c) for c in chunks),
         offsets=_range_ends(ranges),
@@ -63,22 +66,34 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     if report.records:
         write = _write_debezium if plan.source_format is SourceFormat.DEBEZIUM else _write_json
         report = write(chunks, plan, report)
+    report = report.model_copy(
+        update={
+            "cpu_ms": round((time.process_time() - started_cpu) * 1000),
+            "wall_ms": round((time.monotonic() - started) * 1000),
+        }
+    )
     log.debug("task_written", records=report.records, files=len(report.files))
     yield pa.RecordBatch.from_pydict({"report": [report.model_dump_json()]})
 
 
 def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RecordChunk]:
-    """The records of the task's offset ranges, read here, as decoder-ready chunks."""
+    """The records of the task's offset ranges, read here, as decoder-ready chunks.
+
+    Values are taken out of librdkafka's messages at once (every one is parsed); offsets of a
+    contiguous run are a ``range``; keys and timestamps are read from the messages only where
+    the decoder asks (deletes, key learning, dead letters, positions without an LSN).
+    """
     for rng in ranges:
         for messages in read_messages(rng, kafka):
-            stamps = [m.timestamp() for m in messages]
+            first, last = offset_of(messages[0]), offset_of(messages[-1])
+            contiguous = last - first + 1 == len(messages)
             yield RecordChunk(
                 rng.topic,
                 rng.partition,
-                [offset_of(m) for m in messages],
-                [m.key() for m in messages],
+                range(first, last + 1) if contiguous else [offset_of(m) for m in messages],
+                MessageKeys(messages),
                 [m.value() for m in messages],
-                [millis if kind else None for kind, millis in stamps],
+                MessageTimestamps(messages),
             )
 
 
