@@ -7,6 +7,10 @@ The work is split in two passes because per-row Arrow calls are what makes Pytho
 2. :func:`~ingest.debezium.columns.decode_table` turns each column's list into one Arrow array
    with the column's codec, once per batch (:mod:`ingest.debezium.columns`).
 
+The common event - a schemaless create/read/update of a table with a configured schema - skips
+step 1's dicts: :mod:`ingest.debezium.fastpath` decodes it with msgspec straight into a tuple of
+the row's values; everything else takes the general path, in batch order.
+
 A message that fails anywhere becomes a :class:`~ingest.debezium.model.DeadLetter` holding the
 raw key and value, its topic, partition and offset, a reason and the error text.
 """
@@ -19,7 +23,6 @@ from collections.abc import Iterable
 import orjson
 import pyarrow as pa
 
-from catalog.model import ROW_KIND_UPSERT
 from ingest.debezium.columns import decode_table
 from ingest.debezium.errors import DeadLetterReason, MessageError
 from ingest.debezium.model import (
@@ -32,12 +35,14 @@ from ingest.debezium.model import (
     RecordChunk,
 )
 from ingest.debezium.position import BadPosition, encode_position
-from ingest.debezium.rows import UPSERT_OPS as _UPSERT_OPS
 from ingest.debezium.rows import Row, TableRows
 from ingest.debezium.topics import Route, route_topic
 from ingest.debezium.unify import unify_schemas
 
 _PG_PAIR = struct.Struct(">QQ").pack
+#: Consecutive messages the fast path may leave to the general path before a chunk stops
+#: trying it (a topic whose messages embed their schema never suits it).
+_MAX_FAST_MISSES = 32
 _LSN_LIMIT = 1 << 64
 
 
@@ -95,11 +100,27 @@ class _Batch:
         rows = self.tables.get(table) or self._table(table)
         keys = chunk.keys
         loads = orjson.loads
-        plain = rows.plain_path()
+        fast = rows.fast_rows()
+        misses = 0  # in a row: a topic of embedded-schema messages stops trying the fast path
+        kept: list[tuple[object, ...]] = []  # fast rows not yet handed to `rows`, in order
+        seqs: list[bytes] = []
+        origins: list[int] = []
         for index, value in enumerate(chunk.values):
             if not value:
                 self.tombstones += 1
                 continue
+            if fast is not None:
+                hit = fast.decode(value)
+                if hit is not None:
+                    kept.append(hit[0])
+                    seqs.append(hit[1])
+                    origins.append(base + index)
+                    misses = 0
+                    continue
+                misses += 1
+                if kept:  # the general path appends too: keep the batch order
+                    rows.extend_fast(kept, seqs, origins)
+                    kept, seqs, origins = [], [], []
             try:
                 document = loads(value)
                 schema = None
@@ -113,29 +134,15 @@ class _Batch:
                         DeadLetterReason.BAD_ENVELOPE, "the message is not an object"
                     )
                 seq = _position(document, chunk, index)
-                row = document.get("after")
-                if (
-                    plain is not None
-                    and schema is None
-                    and type(row) is dict
-                    and document.get("op") in _UPSERT_OPS
-                    and (plain.names is None or plain.names.issuperset(row))
-                ):  # the common event, kept inline: see TableRows.add for the general case
-                    get = row.get
-                    for name, append in plain.appenders:
-                        append(get(name))
-                    plain.add_position(len(plain.kinds))
-                    plain.kinds.append(ROW_KIND_UPSERT)
-                    plain.add_seq(seq)
-                    plain.add_origin(base + index)
-                    continue
                 rows.add(document, schema, seq, keys[index], base + index)
-                plain = plain or rows.plain_path()
+                fast = None if misses > _MAX_FAST_MISSES else fast or rows.fast_rows()
             except orjson.JSONDecodeError as exc:
                 error = f"malformed JSON: {exc}"
                 self._dead(chunk, index, DeadLetterReason.MALFORMED_JSON, error, table)
             except MessageError as exc:
                 self._dead(chunk, index, exc.reason, str(exc), table)
+        if kept:
+            rows.extend_fast(kept, seqs, origins)
 
     def _unrouted(self, chunk: RecordChunk, route: Route) -> None:
         """A chunk of a topic without a table: ignored on purpose, or every message dead."""

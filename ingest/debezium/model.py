@@ -17,6 +17,8 @@ from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_arrow
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_PREFIX = "_ls_"
+#: Debezium ops that carry a new row image (create, snapshot read, update).
+UPSERT_OPS = ("c", "r", "u")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,21 +12,18 @@ never leaves half a row behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
-from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
 
 from catalog.model import ROW_KIND_DELETE, ROW_KIND_UPSERT
 from ingest.debezium.errors import DeadLetterReason, MessageError
+from ingest.debezium.fastpath import FastRows, usable
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_connect
-from ingest.debezium.model import DecoderConfig, Origins, RawRecord
+from ingest.debezium.model import UPSERT_OPS, DecoderConfig, Origins, RawRecord
 
 Row = dict[str, object]
-
-UPSERT_OPS = ("c", "r", "u")
 
 
 class Group:
@@ -53,18 +50,6 @@ class Group:
             )
 
 
-class PlainPath(NamedTuple):
-    """Bound appenders of a table's schemaless group: the decoder's inline path for the
-    common event (``c``/``r``/``u`` with an ``after`` object, no embedded schema)."""
-
-    appenders: tuple[tuple[str, Callable[[object], None]], ...]
-    names: frozenset[str] | None
-    add_position: Callable[[int], None]
-    kinds: list[int]
-    add_seq: Callable[[bytes], None]
-    add_origin: Callable[[int], None]
-
-
 class TableRows:
     """The rows of one table collected over a batch, not yet converted."""
 
@@ -83,6 +68,7 @@ class TableRows:
         #: Per row, its message's number in ``batch_origins``.
         self.origins: list[int] = []
         self.batch_origins = origins
+        self._fast: FastRows | None = None
 
     def origin(self, row: int) -> RawRecord:
         """The message row ``row`` came from."""
@@ -120,16 +106,28 @@ class TableRows:
             raise MessageError(DeadLetterReason.UNSUPPORTED_OP, "truncate events are not applied")
         raise MessageError(DeadLetterReason.UNKNOWN_OP, f"unknown op {op!r}")
 
-    def plain_path(self) -> PlainPath | None:
-        """What the decoder needs to keep a schemaless upsert inline, without :meth:`add`:
-        available once the schemaless group exists and the primary key is known."""
-        group = self._group_of.get(None)
-        if group is None or self.primary_key is None:
-            return None
-        return PlainPath(
-            group.appenders, group.names, group.positions.append, self.kinds, self.seqs.append,
-            self.origins.append,
-        )  # fmt: skip
+    def fast_rows(self) -> FastRows | None:
+        """The msgspec fast path (:mod:`ingest.debezium.fastpath`) for this table's schemaless
+        messages: available once the primary key is known, when a schema is configured."""
+        if self._fast is None and self.target is not None and self.primary_key is not None:
+            names = tuple(self.target.names)
+            if usable(names):
+                self._fast = FastRows(names)
+                self.group(None)  # the configured layout's group takes the fast rows
+        return self._fast
+
+    def extend_fast(
+        self, values: list[tuple[object, ...]], seqs: list[bytes], origins: list[int]
+    ) -> None:
+        """Keep rows decoded by the fast path (upserts, in the configured column order)."""
+        group = self._group_of[None]
+        first, count = len(self.kinds), len(values)
+        for column, column_values in zip(group.columns, zip(*values, strict=True), strict=True):
+            column.extend(column_values)
+        group.positions.extend(range(first, first + count))
+        self.kinds.extend([ROW_KIND_UPSERT] * count)
+        self.seqs.extend(seqs)
+        self.origins.extend(origins)
 
     def key_columns(self, key: bytes | None) -> tuple[str, ...]:
         """The primary key: configured, else learnt from the first message key of the batch."""
