@@ -430,8 +430,9 @@ def read_merged(
     otherwise in run order, key-sorted within each run. See the module doc for filters and the
     memory bound.
     """
-    merge = _MergeRead.of(
+    for batches in read_merged_buckets(  # one bucket: read alone, its runs concurrently
         location,
+        [runs],
         schema,
         primary_key,
         sequence_column=sequence_column,
@@ -439,8 +440,9 @@ def read_merged(
         row_filter=row_filter,
         include_row_kind=include_row_kind,
         ordered=ordered,
-    )
-    yield from _batches(merge.bucket(runs, concurrent=True), batch_size)
+        batch_size=batch_size,
+    ):
+        yield from batches
 
 
 def read_merged_buckets(

@@ -33,7 +33,7 @@ from ingest.debezium import (
 )
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
-from ingest.kafka.reader import MessageKeys, MessageTimestamps, read_messages
+from ingest.kafka.reader import MessageField, message_key, message_millis, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
 from ingest.sink.plan import SinkPlan, SourceFormat
@@ -91,9 +91,9 @@ def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator
                 rng.topic,
                 rng.partition,
                 range(first, last + 1) if contiguous else [offset_of(m) for m in messages],
-                MessageKeys(messages),
+                MessageField(messages, message_key),
                 [m.value() for m in messages],
-                MessageTimestamps(messages),
+                MessageField(messages, message_millis),
             )
 
 
