@@ -46,7 +46,10 @@ class SourceSection(_Section):
     topics: list[str] = Field(default_factory=list)
     pattern: str | None = None
     starting_offsets: Literal["earliest", "latest"] = "earliest"
-    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    max_offsets_per_trigger: int | None = Field(default=1_000_000, gt=0)
+    """Bounds a micro-batch, and with it a write task's memory: a task holds its share of the
+    batch's messages while it decodes them. ``null`` lifts the bound (a backlog then becomes
+    one batch)."""
 
 
 class TablesSection(_Section):
