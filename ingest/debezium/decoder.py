@@ -98,10 +98,8 @@ class _Batch:
             self._unrouted(chunk, route)
             return
         rows = self.tables.get(table) or self._table(table)
-        keys = chunk.keys
-        loads = orjson.loads
         fast = rows.fast_rows()
-        misses = 0  # in a row: a topic of embedded-schema messages stops trying the fast path
+        misses = 0  # in a row: a chunk whose messages never suit the fast path stops trying it
         kept: list[tuple[object, ...]] = []  # fast rows not yet handed to `rows`, in order
         seqs: list[bytes] = []
         origins: list[int] = []
@@ -121,28 +119,37 @@ class _Batch:
                 if kept:  # the general path appends too: keep the batch order
                     rows.extend_fast(kept, seqs, origins)
                     kept, seqs, origins = [], [], []
-            try:
-                document = loads(value)
-                schema = None
-                if type(document) is dict and "payload" in document and "schema" in document:
-                    document, schema = document["payload"], document["schema"]
-                if document is None:
-                    self.tombstones += 1
-                    continue
-                if type(document) is not dict:
-                    raise MessageError(
-                        DeadLetterReason.BAD_ENVELOPE, "the message is not an object"
-                    )
-                seq = _position(document, chunk, index)
-                rows.add(document, schema, seq, keys[index], base + index)
-                fast = None if misses > _MAX_FAST_MISSES else fast or rows.fast_rows()
-            except orjson.JSONDecodeError as exc:
-                error = f"malformed JSON: {exc}"
-                self._dead(chunk, index, DeadLetterReason.MALFORMED_JSON, error, table)
-            except MessageError as exc:
-                self._dead(chunk, index, exc.reason, str(exc), table)
+            trying = misses <= _MAX_FAST_MISSES
+            self._general(rows, chunk, index, base, value, arm=trying)
+            fast = rows.fast_rows() if trying else None
         if kept:
             rows.extend_fast(kept, seqs, origins)
+
+    def _general(
+        self, rows: TableRows, chunk: RecordChunk, index: int, base: int, value: bytes, *,
+        arm: bool,
+    ) -> None:  # fmt: skip
+        """Parse one message whole and keep its row, or make it a dead letter; with ``arm``, a
+        message with an embedded schema arms the fast path for the ones that follow."""
+        try:
+            document = orjson.loads(value)
+            schema = None
+            if type(document) is dict and "payload" in document and "schema" in document:
+                document, schema = document["payload"], document["schema"]
+            if document is None:
+                self.tombstones += 1
+                return
+            if type(document) is not dict:
+                raise MessageError(DeadLetterReason.BAD_ENVELOPE, "the message is not an object")
+            seq = _position(document, chunk, index)
+            rows.add(document, schema, seq, chunk.keys[index], base + index)
+            if schema is not None and arm:
+                rows.arm(value, schema)
+        except orjson.JSONDecodeError as exc:
+            error = f"malformed JSON: {exc}"
+            self._dead(chunk, index, DeadLetterReason.MALFORMED_JSON, error, rows.name)
+        except MessageError as exc:
+            self._dead(chunk, index, exc.reason, str(exc), rows.name)
 
     def _unrouted(self, chunk: RecordChunk, route: Route) -> None:
         """A chunk of a topic without a table: ignored on purpose, or every message dead."""

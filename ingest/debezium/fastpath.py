@@ -8,7 +8,12 @@ for exactly what the table needs (``op``, the ``after`` row's columns, ``source.
 the rest without building it, and returns the row as a tuple in the layout's column order;
 rows are transposed into the column lists in one C-level pass.
 
-Anything else - deletes, embedded schemas, a row with columns the schema lacks, an ``after``
+Messages that embed their Connect schema (the JsonConverter's default) take the same path once
+the general path has met their schema: the schema part is kept as raw bytes (never parsed) and
+compared with the one the table's rows were decoded under; a message with another schema takes
+the general path, which re-arms the fast path for it.
+
+Anything else - deletes, a row with columns the schema lacks, an ``after``
 that is not an object, a missing or odd LSN, malformed JSON - is not decided here: the message
 goes through the general path (:meth:`ingest.debezium.rows.TableRows.add`), which accepts it
 or makes it a dead letter with the precise reason. Values are taken as JSON gives them; the
@@ -47,6 +52,33 @@ def _decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(envelope)
 
 
+@lru_cache(maxsize=256)
+def _embedded_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
+    """A decoder of ``{"schema": ..., "payload": envelope}`` keeping the schema as raw bytes."""
+    envelope = _decoder(names).type
+    message = msgspec.defstruct(
+        "Message", [("schema", msgspec.Raw, msgspec.Raw()), ("payload", envelope | None, None)]
+    )
+    return msgspec.json.Decoder(message)
+
+
+class _SchemaPart(msgspec.Struct):
+    schema: msgspec.Raw = msgspec.Raw()
+
+
+_SCHEMA_PART = msgspec.json.Decoder(_SchemaPart)
+
+
+def embedded_schema(value: bytes) -> bytes | None:
+    """The raw JSON of a message's embedded schema (the rest of the message is skipped)."""
+    try:
+        part = _SCHEMA_PART.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    raw = bytes(part.schema)
+    return raw or None
+
+
 def usable(names: tuple[str, ...]) -> bool:
     """Whether msgspec can name these columns (any JSON name maps through ``rename``, but
     keep to plain names: anything unusual takes the general path)."""
@@ -54,10 +86,16 @@ def usable(names: tuple[str, ...]) -> bool:
 
 
 class FastRows:
-    """Decodes one table's common events into value tuples, with their PostgreSQL position."""
+    """Decodes one table's common events into value tuples, with their PostgreSQL position.
 
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self._decode = _decoder(names).decode
+    ``schema``: the raw embedded schema the messages must carry, or None for schemaless ones.
+    """
+
+    def __init__(self, names: tuple[str, ...], schema: bytes | None = None) -> None:
+        self.schema = schema
+        self._raw = None if schema is None else msgspec.Raw(schema)
+        decoder = _decoder(names) if schema is None else _embedded_decoder(names)
+        self._decode = decoder.decode
         self._errors = (msgspec.DecodeError, msgspec.ValidationError)
 
     def decode(self, value: bytes) -> tuple[tuple[object, ...], bytes] | None:
@@ -66,6 +104,10 @@ class FastRows:
             envelope = self._decode(value)
         except self._errors:
             return None
+        if self._raw is not None:
+            if envelope.schema != self._raw or envelope.payload is None:
+                return None
+            envelope = envelope.payload
         after, source = envelope.after, envelope.source
         if after is None or source is None or envelope.op not in UPSERT_OPS:
             return None

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from catalog.model import ROW_KIND_DELETE, ROW_KIND_UPSERT
 from ingest.debezium.errors import DeadLetterReason, MessageError
-from ingest.debezium.fastpath import FastRows, usable
+from ingest.debezium.fastpath import FastRows, embedded_schema, usable
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_connect
 from ingest.debezium.model import UPSERT_OPS, DecoderConfig, Origins, RawRecord
 
@@ -68,7 +68,8 @@ class TableRows:
         #: Per row, its message's number in ``batch_origins``.
         self.origins: list[int] = []
         self.batch_origins = origins
-        self._fast: FastRows | None = None
+        #: The fast path and the group its rows go to (see fast_rows / arm).
+        self._fast: tuple[FastRows, Group] | None = None
 
     def origin(self, row: int) -> RawRecord:
         """The message row ``row`` came from."""
@@ -107,20 +108,35 @@ class TableRows:
         raise MessageError(DeadLetterReason.UNKNOWN_OP, f"unknown op {op!r}")
 
     def fast_rows(self) -> FastRows | None:
-        """The msgspec fast path (:mod:`ingest.debezium.fastpath`) for this table's schemaless
-        messages: available once the primary key is known, when a schema is configured."""
+        """The msgspec fast path (:mod:`ingest.debezium.fastpath`) for this table: for messages
+        with the embedded schema last met (see :meth:`arm`), else for schemaless messages when
+        a schema is configured; available once the primary key is known."""
         if self._fast is None and self.target is not None and self.primary_key is not None:
             names = tuple(self.target.names)
             if usable(names):
-                self._fast = FastRows(names)
-                self.group(None)  # the configured layout's group takes the fast rows
-        return self._fast
+                self._fast = FastRows(names), self.group(None)
+        return None if self._fast is None else self._fast[0]
+
+    def arm(self, value: bytes, schema: object) -> None:
+        """Let the fast path take the next messages with the embedded schema of ``value``, a
+        message :meth:`add` just kept under ``schema`` (its parsed form)."""
+        if self.primary_key is None:
+            return
+        current = self._fast[0].schema if self._fast is not None else None
+        raw = embedded_schema(value)
+        if raw is None or raw == current:
+            return
+        group = self.group(schema)
+        names = tuple(group.layout.names)
+        if usable(names):
+            self._fast = FastRows(names, raw), group
 
     def extend_fast(
         self, values: list[tuple[object, ...]], seqs: list[bytes], origins: list[int]
     ) -> None:
-        """Keep rows decoded by the fast path (upserts, in the configured column order)."""
-        group = self._group_of[None]
+        """Keep rows decoded by the fast path (upserts, in its group's column order)."""
+        assert self._fast is not None, "fast rows come from the fast path"
+        group = self._fast[1]
         first, count = len(self.kinds), len(values)
         for column, column_values in zip(group.columns, zip(*values, strict=True), strict=True):
             column.extend(column_values)

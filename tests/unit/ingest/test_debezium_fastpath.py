@@ -8,7 +8,7 @@ import random
 import orjson
 import pyarrow as pa
 import pytest
-from debezium_events import key, numbered, payload, pg_source, record
+from debezium_events import field, key, numbered, payload, pg_source, record, value
 
 from ingest.debezium import DecoderConfig, decode_records
 from ingest.debezium import rows as rows_module
@@ -56,11 +56,27 @@ def batch(rng: random.Random) -> list:
     return out
 
 
+def fast_hits(patch: pytest.MonkeyPatch) -> list[int]:
+    """Count the messages the fast path takes (so a test can tell it really ran)."""
+    hits = [0]
+    original = FastRows.decode
+
+    def counting(self: FastRows, value: bytes) -> object:
+        result = original(self, value)
+        hits[0] += result is not None
+        return result
+
+    patch.setattr(FastRows, "decode", counting)
+    return hits
+
+
 def decoded(records: list, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
     with monkeypatch.context() as patch:
+        hits = fast_hits(patch)
         if not fast:
             patch.setattr(rows_module, "usable", lambda names: False)
         result = decode_records(numbered(records), CONFIG)
+        assert (hits[0] > 100) is fast
     # repr: NaN scores must compare equal
     tables = [(t.table, repr(t.rows.to_pylist())) for t in result.tables]
     dead = [(d.offset, d.reason, d.error) for d in result.dead_letters]
@@ -92,3 +108,72 @@ def test_the_fast_path_leaves_everything_unusual_to_the_general_path() -> None:
     ):
         assert fast.decode(orjson.dumps(unusual)) is None, unusual
     assert fast.decode(b"{truncated") is None
+
+
+FIELDS_V1 = [
+    field("id", "int32", optional=False),
+    field("name", "string"),
+    field("score", "double"),
+]
+FIELDS_V2 = [*FIELDS_V1, field("phone", "string")]  # a column added mid-stream
+
+
+def embedded_batch(rng: random.Random) -> list:
+    out = []
+    fields = FIELDS_V1
+    for n in range(300):
+        if n == 150:
+            fields = FIELDS_V2
+        i = rng.randrange(40)
+        row = {"id": i, "name": f"n{i}", "score": i / 3}
+        if fields is FIELDS_V2:
+            row["phone"] = f"555-{i}"
+        choice = rng.random()
+        if choice < 0.08:
+            body = payload("d", before={"id": i}, source=pg_source(1000 + n))
+        elif choice < 0.12:
+            body = payload("u", after={**row, "score": "oops"}, source=pg_source(1000 + n))
+        elif choice < 0.15:  # an older schema again: the fast path re-arms for it
+            old = {k: v for k, v in row.items() if k != "phone"}
+            out.append(record(value(payload("u", after=old, source=pg_source(1000 + n)),
+                                    FIELDS_V1), key({"id": i}, FIELDS_V1[:1])))  # fmt: skip
+            continue
+        else:
+            body = payload(rng.choice("cru"), after=row, source=pg_source(1000 + n))
+        out.append(record(value(body, fields), key({"id": i}, fields[:1])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_embedded_schema_messages_decode_identically_on_both_paths(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = embedded_batch(random.Random(seed))
+
+    def run(fast: bool) -> tuple:
+        with monkeypatch.context() as patch:
+            hits = fast_hits(patch)
+            if not fast:
+                patch.setattr(rows_module, "usable", lambda names: False)
+            result = decode_records(numbered(records), DecoderConfig())
+            assert (hits[0] > 100) is fast
+        tables = [(t.table, t.source_schema, repr(t.rows.to_pylist())) for t in result.tables]
+        return tables, [(d.offset, d.reason, d.error) for d in result.dead_letters]
+
+    general, fast = run(False), run(True)
+    assert fast == general
+    assert general[1], "type mismatches become dead letters on both paths"
+
+
+def test_an_armed_embedded_fast_path_takes_only_its_own_schema() -> None:
+    body = payload("u", after={"id": 1, "name": "x", "score": 0.5}, source=pg_source(9))
+    message = value(body, FIELDS_V1)
+    schema = orjson.dumps(orjson.loads(message)["schema"])
+    fast = FastRows(("id", "name", "score"), schema)
+    assert fast.decode(message) == ((1, "x", 0.5), pg_source_position(9))
+    assert fast.decode(value(body, FIELDS_V2)) is None  # another schema: the general path
+    assert fast.decode(value(body)) is None  # schemaless
+
+
+def pg_source_position(lsn: int) -> bytes:
+    return lsn.to_bytes(8, "big") + bytes(8)
