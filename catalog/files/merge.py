@@ -22,24 +22,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog.files.keyorder import key_changes, sort_spec
 from catalog.files.partial import has_partial_rows, take_filled
 from catalog.model import ROW_KIND_COLUMN, ROW_KIND_UPSERT
 
 Indices = npt.NDArray[np.int64]
-
-
-def _sort_spec(primary_key: Sequence[str], sequence_column: str | None) -> list[tuple[str, str]]:
-    columns = list(primary_key)
-    if sequence_column is not None and sequence_column not in columns:
-        columns.append(sequence_column)
-    return [(c, "ascending") for c in columns]
-
-
-def _key_changes(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
-    """``out[i]`` is True when sorted row ``i + 1`` holds a different value from row ``i``."""
-    n = len(column)
-    different = pc.not_equal(column.slice(1), column.slice(0, n - 1))
-    return np.asarray(different.to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
 def _as_int64(column: pa.ChunkedArray) -> npt.NDArray[np.int64] | None:
@@ -80,7 +67,7 @@ def last_change_per_key(
     value when ``sequence_column`` is given, the latest row among those that tie (or the latest
     row overall without a sequence column). Key and sequence values must not be null.
     """
-    spec = _sort_spec(primary_key, sequence_column)
+    spec = sort_spec(primary_key, sequence_column)
     keys = data.select([c for c, _ in spec])
     n = keys.num_rows
     if n == 0:
@@ -94,7 +81,7 @@ def last_change_per_key(
     order = pc.sort_indices(keys, sort_keys=spec)
     changed = np.zeros(n - 1, dtype=np.bool_)
     for column in primary_key:
-        changed |= _key_changes(keys.column(column).take(order))
+        changed |= key_changes(keys.column(column).take(order))
     last[:-1] = changed
     sorted_rows: Indices = np.asarray(order.to_numpy(), dtype=np.int64)
     return sorted_rows[last]

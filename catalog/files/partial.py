@@ -27,6 +27,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog.files.keyorder import key_changes, sort_spec
 from catalog.model import UNSET_COLUMN, UNSET_TYPE
 
 Indices = npt.NDArray[np.int64]
@@ -79,17 +80,13 @@ def _sorted_groups(
 ) -> tuple[Indices, Indices]:
     """Rows sorted as the merge sorts them (key, then sequence; stable), and for each sorted
     position the position where its key's group starts."""
-    spec = [(c, "ascending") for c in primary_key]
-    if sequence_column is not None and sequence_column not in primary_key:
-        spec.append((sequence_column, "ascending"))
+    spec = sort_spec(primary_key, sequence_column)
     order = np.asarray(pc.sort_indices(data, sort_keys=spec).to_numpy(), dtype=np.int64)
     n = len(order)
     starts = np.zeros(n, dtype=np.bool_)
     starts[0] = True
     for name in primary_key:
-        column = data.column(name).take(pa.array(order))
-        differs = pc.not_equal(column.slice(1), column.slice(0, n - 1))
-        starts[1:] |= np.asarray(differs.to_numpy(zero_copy_only=False), dtype=np.bool_)
+        starts[1:] |= key_changes(data.column(name).take(pa.array(order)))
     positions = np.where(starts, np.arange(n, dtype=np.int64), 0)
     return order, np.maximum.accumulate(positions)
 

@@ -17,7 +17,6 @@ raw key and value, its topic, partition and offset, a reason and the error text.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 
 import orjson
@@ -34,16 +33,14 @@ from ingest.debezium.model import (
     RawRecord,
     RecordChunk,
 )
-from ingest.debezium.position import BadPosition, encode_position
+from ingest.debezium.position import LSN_LIMIT, BadPosition, encode_position, pack_pair
 from ingest.debezium.rows import Row, TableRows
 from ingest.debezium.topics import Route, route_topic
 from ingest.debezium.unify import unify_schemas
 
-_PG_PAIR = struct.Struct(">QQ").pack
 #: Consecutive messages the fast path may leave to the general path before a chunk stops
 #: trying it (a topic whose messages embed their schema never suits it).
 _MAX_FAST_MISSES = 32
-_LSN_LIMIT = 1 << 64
 
 
 def decode_records(records: Iterable[RawRecord], config: DecoderConfig) -> DecodedBatch:
@@ -200,8 +197,8 @@ def _position(payload: Row, chunk: RecordChunk, index: int) -> bytes:
     source = payload.get("source")
     if type(source) is dict:
         lsn = source.get("lsn")
-        if type(lsn) is int and 0 <= lsn < _LSN_LIMIT:
-            return _PG_PAIR(lsn, 0)
+        if type(lsn) is int and 0 <= lsn < LSN_LIMIT:
+            return pack_pair(lsn, 0)
     try:
         return encode_position(payload, chunk.offsets[index], chunk.timestamps_ms[index])
     except BadPosition as exc:

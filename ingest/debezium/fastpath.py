@@ -23,16 +23,13 @@ column codecs check them exactly as on the general path.
 from __future__ import annotations
 
 import keyword
-import struct
 from functools import lru_cache
 from typing import Any
 
 import msgspec
 
 from ingest.debezium.model import UPSERT_OPS
-
-_PG_PAIR = struct.Struct(">QQ").pack
-_LSN_LIMIT = 1 << 64
+from ingest.debezium.position import LSN_LIMIT, pack_pair
 
 
 class _Source(msgspec.Struct):
@@ -112,6 +109,6 @@ class FastRows:
         if after is None or source is None or envelope.op not in UPSERT_OPS:
             return None
         lsn = source.lsn
-        if type(lsn) is not int or not 0 <= lsn < _LSN_LIMIT:
+        if type(lsn) is not int or not 0 <= lsn < LSN_LIMIT:
             return None
-        return msgspec.structs.astuple(after), _PG_PAIR(lsn, 0)
+        return msgspec.structs.astuple(after), pack_pair(lsn, 0)

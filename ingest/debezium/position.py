@@ -36,6 +36,10 @@ SEQ_COLUMN = "_ls_seq"
 SEQ_WIDTH = 16
 
 _PAIR = struct.Struct(">QQ").pack
+#: Packs ``(lsn, 0)`` into a PostgreSQL position; for hot loops that check the LSN themselves.
+pack_pair = _PAIR
+#: PostgreSQL LSNs are unsigned 64-bit numbers.
+LSN_LIMIT = 1 << 64
 _BINLOG = struct.Struct(">IQI").pack
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from debezium_events import field, key, numbered, payload, pg_source, record, value
 
-from ingest.debezium import DecoderConfig, decode_records
+from ingest.debezium import DecoderConfig, decode_records, postgres_position
 from ingest.debezium import rows as rows_module
 from ingest.debezium.fastpath import FastRows
 
@@ -170,10 +170,6 @@ def test_an_armed_embedded_fast_path_takes_only_its_own_schema() -> None:
     message = value(body, FIELDS_V1)
     schema = orjson.dumps(orjson.loads(message)["schema"])
     fast = FastRows(("id", "name", "score"), schema)
-    assert fast.decode(message) == ((1, "x", 0.5), pg_source_position(9))
+    assert fast.decode(message) == ((1, "x", 0.5), postgres_position(9))
     assert fast.decode(value(body, FIELDS_V2)) is None  # another schema: the general path
     assert fast.decode(value(body)) is None  # schemaless
-
-
-def pg_source_position(lsn: int) -> bytes:
-    return lsn.to_bytes(8, "big") + bytes(8)
