@@ -1,10 +1,12 @@
 """The streaming ingest job: Kafka topics -> decoded changes -> tables, one commit per batch.
 
-Exactly-once across restarts rests on three things: Spark's checkpoint replays an unfinished
-batch with the same id and offsets; the sink recognises an already committed (writer, batch);
-and every commit stores the batch's offsets under the job's name. If the checkpoint is lost,
-Spark would restart batch ids at 0, so the job starts a new *incarnation* (a new writer id, so
-old keys cannot be mistaken for new batches) and starts reading at the offsets in the catalog.
+Exactly-once across restarts rests on four things: Spark's checkpoint replays an unfinished
+batch with the same id and offsets; batch 0's start is decided once and saved before the query
+runs, so a replayed batch 0 reads the same range (:mod:`ingest.startpoint`); the sink recognises
+an already committed (writer, batch); and every commit stores the batch's offsets under the job's
+name. If the checkpoint is lost, Spark restarts batch ids at 0, so the job starts a new
+*incarnation* (a new writer id, so old keys cannot be mistaken for new batches) and starts reading
+at the offsets in the catalog.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,14 +23,16 @@ from typing import Any
 import structlog
 
 from catalog import Catalog
+from ingest import startpoint
 from ingest.debezium import DecoderConfig
+from ingest.failpoints import FailAt, Failpoint
+from ingest.kafka.offsets import OffsetsJson
 from ingest.kafka.options import Emit, parse_options
-from ingest.kafka.source import SOURCE_NAME, register
+from ingest.kafka.source import SOURCE_NAME, register, starting_offsets_now
 from ingest.sink.batch import BatchSink, SinkSettings
 from ingest.sink.plan import SourceFormat
 
 log = structlog.get_logger("lakestream.ingest.job")
-INCARNATION_FILE = "lakestream-incarnation"
 
 
 @dataclass(frozen=True)
@@ -50,63 +53,75 @@ class IngestJobConfig:
     trigger_seconds: float | None = None
     """None: Trigger.AvailableNow (process what is there, then stop)."""
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    fail_at: FailAt | None = None
+    """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
 
 
 @dataclass
 class IngestRun:
     batches_committed: int
     incarnation: str
+    records_read: int = 0
+    """Kafka records the run's batches read and committed (replays of landed batches read none)."""
+    start: startpoint.StartOrigin = startpoint.StartOrigin.CHECKPOINT
 
 
 def run_ingest(
     config: IngestJobConfig, spark: Any, catalog: Catalog, stop: threading.Event | None = None
 ) -> IngestRun:
     """Run the query until AvailableNow is done, ``stop`` is set, or SIGTERM arrives."""
-    incarnation, fresh = _incarnation(config.checkpoint)
-    starting = _starting_offsets(config, catalog) if fresh else config.starting_offsets
-    options = source_options(config, starting)
-    sink = BatchSink(
-        catalog,
-        SinkSettings(
-            job=config.job,
-            incarnation=incarnation,
-            source_format=config.source_format,
-            decoder=config.decoder,
-            dead_letter_table=config.dead_letter_table,
-            json_tables=config.json_tables,
-            hash_buckets=config.hash_buckets,
-            partition_by=config.partition_by,
-            kafka=parse_options(options),
-        ),
+    state = startpoint.read_state(config.checkpoint)
+    incarnation = startpoint.incarnation(config.checkpoint, state)
+    start = startpoint.decide(
+        state,
+        _catalog_offsets(config, catalog),
+        config.starting_offsets,
+        lambda: _configured_start(config),
     )
-    query = _start(config, spark, sink, options)
+    startpoint.save(config.checkpoint, start, config.starting_offsets)
+    starting = config.starting_offsets if start.offsets is None else json.dumps(start.offsets)
+    options = source_options(config, starting)
+    sink = BatchSink(catalog, _sink_settings(config, incarnation, options))
     log.info(
         "ingest_started",
         job=config.job,
         incarnation=incarnation,
-        fresh_checkpoint=fresh,
-        starting_offsets=starting if fresh else "checkpoint",
+        start=start.origin.value,
+        starting_offsets=start.offsets,
     )
+    if config.fail_at is not None:
+        config.fail_at.trip(Failpoint.BEFORE_QUERY)
+    query = _start(config, spark, sink, options)
     _await(query, stop or threading.Event())
-    return IngestRun(sink.batches_committed, incarnation)
+    return IngestRun(sink.batches_committed, incarnation, sink.records_read, start.origin)
 
 
-def _incarnation(checkpoint: Path) -> tuple[str, bool]:
-    """(incarnation id, whether Spark's checkpoint is new)."""
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    offsets = checkpoint / "offsets"
-    fresh = not (offsets.is_dir() and any(offsets.iterdir()))
-    marker = checkpoint / INCARNATION_FILE
-    if fresh or not marker.exists():
-        marker.write_text(uuid.uuid4().hex[:12])
-    return marker.read_text().strip(), fresh
+def _configured_start(config: IngestJobConfig) -> OffsetsJson:
+    return starting_offsets_now(parse_options(source_options(config, config.starting_offsets)))
 
 
-def _starting_offsets(config: IngestJobConfig, catalog: Catalog) -> str:
-    """Where a new checkpoint starts: the catalog's offsets of this job, if its tables live."""
+def _sink_settings(
+    config: IngestJobConfig, incarnation: str, options: dict[str, str]
+) -> SinkSettings:
+    return SinkSettings(
+        job=config.job,
+        incarnation=incarnation,
+        source_format=config.source_format,
+        decoder=config.decoder,
+        dead_letter_table=config.dead_letter_table,
+        json_tables=config.json_tables,
+        hash_buckets=config.hash_buckets,
+        partition_by=config.partition_by,
+        kafka=parse_options(options),
+        fail_at=config.fail_at,
+    )
+
+
+def _catalog_offsets(config: IngestJobConfig, catalog: Catalog) -> OffsetsJson | None:
+    """The offsets stored with the job's last commit, if the tables it went to still live."""
     progress = catalog.writer_progress(config.job)
     if progress is None or not progress.source_offsets:
-        return config.starting_offsets
+        return None
     alive = catalog.live_table_ids(progress.table_ids)
     if alive != set(progress.table_ids):
         log.warning(
@@ -114,8 +129,11 @@ def _starting_offsets(config: IngestJobConfig, catalog: Catalog) -> str:
             job=config.job,
             reason="tables it was committed to were dropped or recreated",
         )
-        return config.starting_offsets
-    return json.dumps(progress.source_offsets)
+        return None
+    return {
+        topic: {str(p): int(o) for p, o in parts.items()}
+        for topic, parts in progress.source_offsets.items()
+    }
 
 
 def source_options(config: IngestJobConfig, starting: str) -> dict[str, str]:

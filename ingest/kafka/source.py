@@ -113,7 +113,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> OffsetsJson:
         """Where a query without a checkpoint starts, resolved to numbers now."""
         partitions = self.broker.partitions(self._settings.subscription)
-        offsets = _resolve_starting(self._settings, partitions, self.broker)
+        offsets = resolve_starting(self._settings, partitions, self.broker)
         _log().info(
             "kafka source starts",
             subscription=self._settings.subscription,
@@ -203,7 +203,18 @@ def _schema_of(settings: SourceOptions) -> StructType:
     return source_schema(settings.include_headers, ranges=settings.emit is Emit.RANGES)
 
 
-def _resolve_starting(
+def starting_offsets_now(settings: SourceOptions) -> OffsetsJson:
+    """``startingOffsets`` resolved to numbers against the brokers, for the partitions that
+    exist now (the ingest job saves this before its query starts; see :mod:`ingest.startpoint`)."""
+    broker = BrokerView(settings.kafka_config)
+    try:
+        partitions = broker.partitions(settings.subscription)
+        return to_json(resolve_starting(settings, partitions, broker))
+    finally:
+        broker.close()
+
+
+def resolve_starting(
     settings: SourceOptions, partitions: list[PartitionId], broker: BrokerView
 ) -> Offsets:
     """``startingOffsets`` as numbers for the partitions that exist now.

@@ -40,6 +40,7 @@ from catalog.model import SEQUENCE_COLUMN
 from catalog.schemas import from_base64, to_base64
 from ingest.debezium import DecoderConfig
 from ingest.errors import IngestError, SchemaChangeRefused
+from ingest.failpoints import FailAt, Failpoint
 from ingest.kafka.options import SourceOptions
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import NewTable, TaskReport, WrittenFile, merge_offsets, total_counts
@@ -62,6 +63,8 @@ class SinkSettings:
     json_tables: Mapping[str, str] = field(default_factory=dict)
     hash_buckets: int = 4
     partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fail_at: FailAt | None = None
+    """Fault injection for crash tests (:mod:`ingest.failpoints`)."""
 
     @property
     def writer_id(self) -> str:
@@ -79,8 +82,11 @@ class BatchSink:
             *settings.decoder.topic_tables.values(),
         }
         self.batches_committed = 0
+        self.records_read = 0
+        self._batches_seen = 0
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        batch_of_run, self._batches_seen = self._batches_seen, self._batches_seen + 1
         key = IdempotencyKey(writer_id=self.settings.writer_id, batch_id=batch_id)
         bound = log.bind(job=self.settings.job, batch=batch_id)
         if self.catalog.resolve_commit(key.writer_id, key.batch_id) is not None:
@@ -89,13 +95,21 @@ class BatchSink:
         started = time.monotonic()
         reports = self._write(df, batch_id)
         written = time.monotonic()
+        self._trip(Failpoint.BATCH_WRITTEN, batch_of_run)
         request = self._request(reports, key)
+        records = sum(r.records for r in reports)
         if request is None:
-            bound.info("batch_empty", records=sum(r.records for r in reports))
-            return
-        result = self._commit(request)
-        self.batches_committed += 1
-        self._log(bound, reports, result, written - started, time.monotonic() - written)
+            bound.info("batch_empty", records=records)
+        else:
+            result = self._commit(request)
+            self.batches_committed += 1
+            self._log(bound, reports, result, written - started, time.monotonic() - written)
+        self.records_read += records
+        self._trip(Failpoint.BATCH_COMMITTED, batch_of_run)
+
+    def _trip(self, point: Failpoint, batch_of_run: int) -> None:
+        if self.settings.fail_at is not None:
+            self.settings.fail_at.trip(point, batch_of_run)
 
     # -- writing ---------------------------------------------------------------------------
 
