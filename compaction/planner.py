@@ -87,7 +87,7 @@ def _task(
 
 def small_files(files: Sequence[DataFile], policy: CompactionPolicy) -> list[DataFile]:
     """The small files among ``files``, in their (commit) order."""
-    return [f for f in files if f.size_bytes < policy.small_file_bytes]
+    return [f for f in files if policy.is_small(f.size_bytes)]
 
 
 def pack_bins(files: Sequence[DataFile], target_file_size: int) -> list[list[DataFile]]:

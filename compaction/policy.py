@@ -119,10 +119,9 @@ class CompactionPolicy:
     enabled: bool = True
     """``compaction.enabled``: false leaves the table alone (the CLI too)."""
 
-    @property
-    def small_file_bytes(self) -> int:
-        """Files strictly smaller than this are small."""
-        return int(self.target_file_size * self.small_file_ratio)
+    def is_small(self, size_bytes: int) -> bool:
+        """Whether a file of this size is small (below small_file_ratio x target_file_size)."""
+        return size_bytes < self.target_file_size * self.small_file_ratio
 
     @classmethod
     def from_properties(

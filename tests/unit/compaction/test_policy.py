@@ -12,7 +12,8 @@ def test_defaults_without_properties():
     policy = CompactionPolicy.from_properties({})
     assert policy == CompactionPolicy()
     assert policy.target_file_size == 128 * 1024 * 1024
-    assert policy.small_file_bytes == int(128 * 1024 * 1024 * 0.7)
+    assert policy.is_small(int(128 * 1024 * 1024 * 0.7))
+    assert not policy.is_small(int(128 * 1024 * 1024 * 0.7) + 1)
 
 
 def test_every_property_is_read():
