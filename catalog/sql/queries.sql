@@ -205,3 +205,9 @@ ORDER BY d.created_at
 -- name: cleanup_files
 SELECT table_id, path, reason, commit_id, recorded_at FROM cleanup_file
 WHERE recorded_at < %(before)s ORDER BY recorded_at
+
+-- name: notify_commit
+-- Wakes whoever LISTENs on the channel (the compactor's coordinators) with the id of each table
+-- that got a new version. Sent inside the publish transaction, so PostgreSQL delivers it exactly
+-- when the commit becomes visible, and never for one that rolled back.
+SELECT pg_notify(%(channel)s, t::text) FROM unnest(%(table_ids)s::uuid[]) AS t
