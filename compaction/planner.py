@@ -90,10 +90,10 @@ def small_files(files: Sequence[DataFile], policy: CompactionPolicy) -> list[Dat
     return [f for f in files if policy.is_small(f.size_bytes)]
 
 
-def pack_bins(files: Sequence[DataFile], target_file_size: int) -> list[list[DataFile]]:
+def bins_of(files: Sequence[DataFile], target_file_size: int) -> list[list[DataFile]]:
     """Consecutive runs of ``files`` (commit order kept), each closed once it holds
-    ``BIN_TARGETS x target_file_size`` bytes; the last bin may be smaller. Bins of one file
-    are dropped: rewriting a file alone gains nothing."""
+    ``BIN_TARGETS x target_file_size`` bytes; the last one may be smaller. Every file is in
+    exactly one bin: the rewrite writes a task's inputs bin by bin with this."""
     bins: list[list[DataFile]] = []
     current: list[DataFile] = []
     size = 0
@@ -105,7 +105,14 @@ def pack_bins(files: Sequence[DataFile], target_file_size: int) -> list[list[Dat
             current, size = [], 0
     if current:
         bins.append(current)
-    return [b for b in bins if len(b) > 1]
+    return bins
+
+
+def pack_bins(files: Sequence[DataFile], target_file_size: int) -> list[list[DataFile]]:
+    """The bins of :func:`bins_of` worth rewriting: a bin of one file gains nothing alone.
+    The planner's inputs are these bins one after another, so ``bins_of`` of a task's inputs
+    gives them back."""
+    return [b for b in bins_of(files, target_file_size) if len(b) > 1]
 
 
 def append_inputs(
