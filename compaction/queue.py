@@ -218,6 +218,12 @@ class TaskQueue:
         with self._statement("prune") as conn:
             return len(conn.execute(query("prune"), params).fetchall())
 
+    def depth(self) -> dict[str, int]:
+        """Live tasks by state (``queued``, ``running``)."""
+        with self._statement("depth") as conn:
+            rows = conn.execute(query("depth"), {}).fetchall()
+        return {"queued": 0, "running": 0, **{r["state"]: int(r["n"]) for r in rows}}
+
     def live(self) -> list[LiveTask]:
         with self._statement("live") as conn:
             rows = conn.execute(query("live_tasks"), {}).fetchall()

@@ -122,3 +122,8 @@ RETURNING c.task_id
 
 -- name: now
 SELECT clock_timestamp() AS now
+
+-- name: depth
+SELECT state, count(*) AS n FROM compaction_task
+WHERE state IN ('queued', 'running')
+GROUP BY state
