@@ -5,8 +5,9 @@
 -- name: enqueue
 -- Insert the planned tasks; a task is skipped (no row returned) when its partition already has a
 -- live task (the partial unique index decides, even between two coordinators racing), or when a
--- finished task already planned this partition at the same or a newer base version (a slow
--- coordinator must not requeue work that has been done), unless those all failed too often.
+-- finished task already planned this partition at the same or a newer base version, or landed a
+-- compaction after this plan's base (a slow coordinator must not requeue work that has been
+-- done: it would only be discarded), or when tasks failed too often at this base.
 INSERT INTO compaction_task (task_id, table_id, table_name, partition_desc, kind,
                              base_version, spec, planned_by)
 SELECT r.task_id, r.table_id, r.table_name, r.pd, r.kind, r.base, r.spec, %(planned_by)s
@@ -15,8 +16,9 @@ FROM unnest(%(task_ids)s::uuid[], %(table_ids)s::uuid[], %(table_names)s::text[]
      AS r(task_id, table_id, table_name, pd, kind, base, spec)
 WHERE NOT EXISTS (
     SELECT 1 FROM compaction_task d
-    WHERE d.table_id = r.table_id AND d.partition_desc = r.pd AND d.base_version >= r.base
-      AND d.outcome IS DISTINCT FROM 'failed')
+    WHERE d.table_id = r.table_id AND d.partition_desc = r.pd
+      AND (d.base_version >= r.base AND d.outcome IS DISTINCT FROM 'failed'
+           OR d.version > r.base))
   AND (SELECT count(*) FROM compaction_task f
        WHERE f.table_id = r.table_id AND f.partition_desc = r.pd AND f.base_version >= r.base
          AND f.outcome = 'failed') < %(max_failures)s

@@ -42,7 +42,7 @@ def outcome(claim: Claim, status: OutcomeStatus = OutcomeStatus.COMMITTED) -> Co
     return CompactionOutcome(
         task=claim.task,
         status=status,
-        version=7,
+        version=7 if status is OutcomeStatus.COMMITTED else None,
         outputs=(data_file("out"),),
         rows_in=20,
         rows_out=15,
@@ -68,11 +68,13 @@ def test_one_live_task_per_partition(catalog: Catalog, table: Table):
     assert claim is not None and claim.task.partition_desc == "bucket=0000"
     assert claim.task.inputs == task(table, 0).inputs and claim.task.drop_deletes
     assert q.enqueue([task(table, 0, base=2)], "b") == []  # running is live too
-    assert q.finish(claim, outcome(claim))
-    # done: the same work planned from the same (stale) version is not queued again ...
+    assert q.finish(claim, outcome(claim))  # landed as version 7
+    # done: the same work planned from the same (stale) version is not queued again, nor work
+    # planned before the compaction landed (it would only be discarded) ...
     assert q.enqueue([task(table, 0, base=1)], "slow-coordinator") == []
-    # ... but work planned from a newer version is
-    assert len(q.enqueue([task(table, 0, base=2)], "b")) == 1
+    assert q.enqueue([task(table, 0, base=6)], "slow-coordinator") == []
+    # ... but work planned from the version it created, or a newer one, is
+    assert len(q.enqueue([task(table, 0, base=7)], "b")) == 1
 
 
 def test_two_coordinators_racing_never_queue_a_partition_twice(catalog: Catalog, table: Table):

@@ -124,14 +124,18 @@ def test_a_stopping_worker_finishes_within_grace_or_releases(catalog: Catalog, q
     for i in range(5):
         orders.upsert(orders_batch(range(i * 4, i * 4 + 8), float(i)))
     Coordinator(catalog, queue).round()
-    started, proceed = threading.Event(), threading.Event()
+    started = threading.Event()
+    gates = [threading.Event(), threading.Event()]  # one per attempt
 
     def slow(cat: Catalog, task: CompactionTask) -> CompactionOutcome:
+        gate = gates.pop(0)
         started.set()
-        proceed.wait(30)
-        return compact(cat, task)
+        gate.wait(30)
+        if not gates:  # the second attempt
+            return compact(cat, task)
+        raise RuntimeError("abandoned attempt")  # (in a real worker the process has exited)
 
-    def stopped_worker(grace: float) -> tuple[Worker, threading.Thread, list[str | None]]:
+    def stopped_worker(grace: float) -> tuple[threading.Thread, list[str | None]]:
         started.clear()
         worker = Worker(catalog, queue, settings=WorkerSettings(grace=grace), compact=slow)
         result: list[str | None] = []
@@ -139,17 +143,19 @@ def test_a_stopping_worker_finishes_within_grace_or_releases(catalog: Catalog, q
         thread.start()
         assert started.wait(30)
         worker.stop.set()  # what SIGTERM does
-        return worker, thread, result
+        return thread, result
 
+    first, second = gates
     # grace runs out: the task goes back to the queue at once, claimable without a lease lapse
-    _, thread, result = stopped_worker(grace=0.2)
+    thread, result = stopped_worker(grace=0.2)
     thread.join(30)
     assert result == [RELEASED]
     assert {t.state for t in queue.live()} == {"queued"}
     # within grace: the running task is finished and recorded
-    _, thread, result = stopped_worker(grace=30)
-    proceed.set()
+    thread, result = stopped_worker(grace=30)
+    second.set()
     thread.join(30)
+    first.set()
     assert result == [OutcomeStatus.COMMITTED.value]
 
 
