@@ -23,7 +23,7 @@ app = typer.Typer(
     no_args_is_help=True, help="lakestream: streaming ingestion into lakehouse tables"
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="Create and migrate the catalog database.")
-tables_app = typer.Typer(no_args_is_help=True, help="Inspect tables.")
+tables_app = typer.Typer(no_args_is_help=True, help="Inspect and compact tables.")
 compactor_app = typer.Typer(
     no_args_is_help=True,
     help="The compactor service: keeps tables free of small files and sorted runs.",
@@ -115,6 +115,44 @@ def tables_history(
             f"{r.get('files_added', 0):>6} {r.get('files_removed', 0):>6} "
             f"{r.get('rows_added', 0):>10}  {r['writer']}/{r['batch']}"
         )
+
+
+@tables_app.command("compact")
+def tables_compact(
+    table: str,
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            "--partition",
+            help="only this partition: 'region=eu', or 'region=eu,bucket=0003' (CDC)",
+        ),
+    ] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compact a table now: fold small files and merge runs; prints what it did.
+
+    Exit codes: 0 done (also when there was nothing to do), 1 a runtime failure (table not
+    found, catalog or file error), 2 a usage or configuration mistake (bad --partition, a bad
+    compaction table property, compaction disabled).
+    """
+    from compaction.errors import CompactionError
+    from compaction.policy import InvalidPolicyError
+    from jobs.table_compact import UsageError, compact_table
+
+    with _connect(dsn) as cat:
+        try:
+            report = compact_table(cat, table, partition)
+        except (UsageError, InvalidPolicyError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        except (CatalogError, CompactionError, OSError) as exc:
+            typer.echo(f"error: compacting {table} failed: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        typer.echo("\n".join(report.lines()))
 
 
 def _guard(action: Callable[[], T]) -> T:

@@ -17,7 +17,11 @@ from compaction.task import CompactionOutcome, CompactionTask
 def rows_at(table: Table, version: int | None = None) -> list[tuple[Any, ...]]:
     """Every row of a version, as sorted tuples (append tables keep no row order)."""
     data = table.scan(version=version).to_arrow()
-    return sorted((tuple(r.values()) for r in data.to_pylist()), key=lambda r: tuple(map(repr, r)))
+    return sorted((tuple(r.values()) for r in data.to_pylist()), key=_nulls_first)
+
+
+def _nulls_first(row: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    return tuple((v is not None, v if v is not None else 0) for v in row)
 
 
 def every_version(table: Table) -> dict[int, list[tuple[Any, ...]]]:
