@@ -270,10 +270,11 @@ def _system_columns(partial: bool) -> list[str]:
 
 def _run_schema(schema: pa.Schema, dictionaries: Sequence[str], partial: bool) -> pa.Schema:
     """The schema runs are read as: ``schema``, some strings as dictionaries, + row kind
-    (+ the unset-columns list of partial changes)."""
+    (+ the unset-columns list of partial changes). Every column is nullable, whatever the table
+    declares: a delete row carries only its key (see ``catalog.writes.run_schema``)."""
     fields = [
         f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionaries else f
-        for f in schema
+        for f in (field.with_nullable(True) for field in schema)
     ]
     return pa.schema([*fields, _ROW_KIND_FIELD, *([_UNSET_FIELD] if partial else [])])
 
@@ -401,7 +402,22 @@ class _MergeRead:
         out = self.out
         if self.include_row_kind and UNSET_COLUMN in merged.column_names:
             out = [*out, UNSET_COLUMN]  # a compaction must keep what it could not fill
-        return _decode_dictionaries(merged.select(out), self.read)
+        result = _decode_dictionaries(merged.select(out), self.read)
+        return result if self.include_row_kind else _as_declared(result, self.read)
+
+
+def _as_declared(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Winners under the table's own fields again (runs are read all-nullable, for deletes).
+
+    Only the declared nullability comes back; values are not checked, because a partial change
+    whose column was found in no older run legitimately stays null until a later merge fills it.
+    """
+    fields = [
+        schema.field(n) if n in schema.names else table.schema.field(n) for n in table.column_names
+    ]
+    return pa.Table.from_arrays(
+        table.columns, schema=pa.schema(fields, metadata=table.schema.metadata)
+    )
 
 
 def _batches(merged: pa.Table | None, batch_size: int) -> list[pa.RecordBatch]:

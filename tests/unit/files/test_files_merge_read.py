@@ -261,6 +261,18 @@ def test_merge_read_of_three_runs(tmp_path: Path, three_runs: list[DataFile]) ->
     ]
 
 
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "run-order"])
+def test_deletes_merge_under_columns_the_table_declares_not_null(
+    tmp_path: Path, three_runs: list[DataFile], ordered: bool
+) -> None:
+    # A delete row carries only its key; the table still says "note" and "v" are never null.
+    required = pa.schema([f.with_nullable(False) for f in SCHEMA])
+    batches = list(read_merged(tmp_path, three_runs, required, ["id"], ordered=ordered))
+    merged = pa.Table.from_batches(batches)
+    assert merged.schema == required
+    assert sorted(merged.column("id").to_pylist()) == [1, 3, 4, 5]
+
+
 @pytest.mark.parametrize(
     "row_filter", [[Predicate("v", ">", 5)], pc.field("v") > 5], ids=["predicate", "expression"]
 )
