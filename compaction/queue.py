@@ -35,6 +35,8 @@ query = NamedQueries("compaction", "sql/queue.sql")
 
 #: Outcome recorded for a task that raised (or whose lease lapsed too often).
 FAILED = "failed"
+#: Enqueueing notifies this channel, so idle workers claim new work at once.
+TASK_CHANNEL = "lakestream_compaction_task"
 
 
 class QueueUnavailable(CompactionError):
@@ -137,6 +139,8 @@ class TaskQueue:
         }
         with self._statement("enqueue") as conn:
             rows = conn.execute(query("enqueue"), params).fetchall()
+            if rows:
+                conn.execute(query("notify_tasks"), {"channel": TASK_CHANNEL})
         queued = {r["task_id"] for r in rows}
         return [t for t in with_ids if t.task_id in queued]
 

@@ -79,6 +79,7 @@ class Worker:
         settings: WorkerSettings | None = None,
         compact: CompactFn = rewrite_compact,
         stop: threading.Event | None = None,
+        wake: Callable[[float], object] | None = None,
     ) -> None:
         self.catalog = catalog
         self.queue = queue
@@ -86,6 +87,7 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.stop = stop or threading.Event()
         self._compact = compact
+        self._wake = wake  # blocks until work may be queued or the timeout passes (a LISTEN)
         self.stats = WorkerStats()
 
     def run(self) -> WorkerStats:
@@ -100,9 +102,15 @@ class Worker:
             if outcome is None:
                 if self.settings.drain:
                     break
-                self.stop.wait(self.settings.idle_sleep)
+                self._idle()
         log.info("worker_stopped", worker_id=self.worker_id, **self.stats.outcomes)
         return self.stats
+
+    def _idle(self) -> None:
+        if self._wake is None:
+            self.stop.wait(self.settings.idle_sleep)
+        else:
+            self._wake(self.settings.idle_sleep)
 
     def run_one(self) -> str | None:
         """Claim and run one task; its outcome (or ``released``), None if there was none."""

@@ -24,7 +24,7 @@ from compaction.coordinator import Coordinator
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
 from compaction.metrics import MetricsServer, ServiceMetrics
-from compaction.queue import TaskQueue
+from compaction.queue import TASK_CHANNEL, TaskQueue
 from compaction.service import CoordinatorLoop
 from compaction.worker import Worker, default_worker_id
 from jobs.compactor_settings import CompactorSettings
@@ -72,6 +72,7 @@ def run_worker(
     stop: threading.Event | None = None,
 ) -> int:
     """Claim and run tasks until stopped (or, draining, until the queue is empty)."""
+    listener = None if drain else CommitListener(dsn, channel=TASK_CHANNEL, debounce_s=0.0)
     with connect(dsn, warehouse) as catalog:
         worker = Worker(
             catalog,
@@ -79,8 +80,13 @@ def run_worker(
             worker_id=default_worker_id(),
             settings=settings.worker(drain=drain),
             stop=stop,
+            wake=None if listener is None else listener.wait,
         )
-        stats = worker.run()
+        try:
+            stats = worker.run()
+        finally:
+            if listener is not None:
+                listener.close()
     return EXIT_FAILED if drain and stats.failed else EXIT_OK
 
 

@@ -2,6 +2,10 @@
 -- migration 0004). Each block starts with "-- name: NAME"; parameters are %(name)s placeholders.
 -- Every time is the database's clock, so leases mean the same on every host.
 
+-- name: notify_tasks
+-- Wake idle workers (they LISTEN on the channel) instead of letting them sleep out their poll.
+SELECT pg_notify(%(channel)s, '');
+
 -- name: enqueue
 -- Insert the planned tasks; a task is skipped (no row returned) when its partition already has a
 -- live task (the partial unique index decides, even between two coordinators racing), or when a

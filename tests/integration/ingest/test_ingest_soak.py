@@ -16,64 +16,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import pytest
 import yaml
 
 from catalog import Catalog
-from tests.unit.ingest.debezium_events import customer, customer_change
+from tests.integration.ingest.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
 KILLS = 4
-
-
-@dataclass
-class Feed:
-    """One topic, the producer writing it, and the model of what the lake must hold."""
-
-    kind: str
-    topic: str
-    rng: random.Random
-    rows: dict[int, dict] = field(default_factory=dict)
-    events: Counter[int] = field(default_factory=Counter)
-    ends: dict[str, int] = field(default_factory=dict)
-    lsn: int = 1_000
-    next_id: int = 0
-
-    def produce_until(self, kafka, stop: threading.Event) -> None:
-        while not stop.is_set():
-            self.produce(kafka, 20)
-            time.sleep(self.rng.uniform(0.05, 0.3))
-
-    def produce(self, kafka, n: int) -> None:
-        records = [self._change() if self.kind == "cdc" else self._event() for _ in range(n)]
-        for sent in kafka.produce(self.topic, records):
-            part = str(sent.partition)
-            self.ends[part] = max(self.ends.get(part, 0), sent.offset + 1)
-
-    def _event(self) -> tuple[bytes, bytes]:
-        self.next_id += 1
-        self.events[self.next_id] += 1
-        return str(self.next_id).encode(), orjson.dumps({"id": self.next_id, "at": self.lsn})
-
-    def _change(self) -> tuple[bytes, bytes]:
-        self.lsn += 8
-        id_ = self.rng.randrange(300)
-        if id_ in self.rows and self.rng.random() < 0.2:
-            del self.rows[id_]
-            before = {"id": id_, "first_name": "", "last_name": "", "email": None}
-            record = customer_change("d", id_, lsn=self.lsn, before=before)
-        else:
-            op = "u" if id_ in self.rows else "c"
-            self.rows[id_] = customer(id_, f"{self.lsn}@example.com")
-            record = customer_change(op, id_, lsn=self.lsn, after=self.rows[id_])
-        return record.key, record.value
 
 
 @dataclass
@@ -144,20 +99,8 @@ def make_job(kind: str, feed: Feed, *, dsn: str, warehouse: Path, kafka, home: P
 
 
 def check_lake(catalog: Catalog, job: Job) -> None:
-    feed = job.feed
-    rows = catalog.load_table(job.table).scan().to_arrow().to_pylist()
-    if feed.kind == "cdc":
-        ids = [r["id"] for r in rows]
-        assert len(ids) == len(set(ids)), "a key appears twice"
-        assert {r["id"]: r["email"] for r in rows} == {i: r["email"] for i, r in feed.rows.items()}
-    else:
-        counts = Counter(r["id"] for r in rows)
-        assert counts == feed.events, (
-            f"duplicated: {sum((counts - feed.events).values())}, "
-            f"missing: {sum((feed.events - counts).values())}"
-        )
-    progress = catalog.writer_progress(f"soak-{feed.kind}")
-    assert progress is not None and progress.source_offsets[feed.topic] == feed.ends
+    job.feed.assert_lake_holds_it(catalog, job.table)
+    assert stored_offsets(catalog, f"soak-{job.feed.kind}", job.feed.topic) == job.feed.ends
 
 
 def test_jobs_killed_at_random_moments_lose_and_duplicate_nothing(
@@ -165,7 +108,7 @@ def test_jobs_killed_at_random_moments_lose_and_duplicate_nothing(
 ):
     rng = random.Random(20261124)
     feeds = [
-        Feed(kind, kafka.topic(partitions=3), random.Random(rng.random()))
+        Feed(kind, kafka.topic(partitions=3), random.Random(rng.random()), keys=300)
         for kind in ("cdc", "append")
     ]
     jobs = [
