@@ -26,6 +26,7 @@ from ingest.debezium import DecoderConfig
 from ingest.kafka.options import Emit, parse_options
 from ingest.kafka.source import SOURCE_NAME, register
 from ingest.sink.batch import BatchSink, SinkSettings
+from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 
 log = structlog.get_logger("lakestream.ingest.job")
@@ -50,6 +51,7 @@ class IngestJobConfig:
     trigger_seconds: float | None = None
     """None: Trigger.AvailableNow (process what is there, then stop)."""
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
 
 
 @dataclass
@@ -77,6 +79,7 @@ def run_ingest(
             hash_buckets=config.hash_buckets,
             partition_by=config.partition_by,
             kafka=parse_options(options),
+            guard=config.dead_letter_guard,
         ),
     )
     query = _start(config, spark, sink, options)
@@ -87,7 +90,12 @@ def run_ingest(
         fresh_checkpoint=fresh,
         starting_offsets=starting if fresh else "checkpoint",
     )
-    _await(query, stop or threading.Event())
+    try:
+        _await(query, stop or threading.Event())
+    except Exception:
+        if sink.failure is not None:  # raised in foreachBatch: report it as it was, not wrapped
+            raise sink.failure from None
+        raise
     return IngestRun(sink.batches_committed, incarnation)
 
 

@@ -20,7 +20,7 @@ def main(config_path: Path) -> int:
         settings = IngestSettings.from_yaml(config_path)
     except (ValidationError, FileNotFoundError) as exc:
         configure_logging()
-        structlog.get_logger("lakestream.ingest").error("bad_config", error=str(exc))
+        structlog.get_logger("lakestream.ingest").error("bad_config", error=config_error(exc))
         return 2
     configure_logging(settings.log_level)
     log = structlog.get_logger("lakestream.ingest")
@@ -39,6 +39,18 @@ def main(config_path: Path) -> int:
         return 1
     finally:
         spark.stop()
+
+
+def config_error(exc: ValidationError | FileNotFoundError) -> str:
+    """One line saying where the configuration is wrong and what was expected."""
+    if isinstance(exc, FileNotFoundError):
+        return str(exc)
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
 
 
 def _spark_session(settings: IngestSettings) -> Any:

@@ -6,6 +6,10 @@ already landed is recognised and skipped; one that did not land is written again
 crashed attempt are left for maintenance) and committed once. The offsets of every batch are
 stored with its commit under the job's name, so a job whose checkpoint is lost resumes from the
 catalog alone (see :mod:`ingest.job`).
+
+Before the commit, the dead-letter guard (:mod:`ingest.sink.guard`) may refuse the batch; the
+error is kept in :attr:`BatchSink.failure` so the job can report it as it was raised (Spark
+wraps whatever ``foreachBatch`` raises in its own exception).
 """
 
 from __future__ import annotations
@@ -33,16 +37,24 @@ from catalog import (
     TableCommit,
     TableNotFoundError,
 )
-from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.errors import TableAlreadyExistsError
-from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
-from catalog.model import SEQUENCE_COLUMN
+from catalog.meta import TableMeta
 from catalog.schemas import from_base64, to_base64
 from ingest.debezium import DecoderConfig
 from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.kafka.options import SourceOptions
+from ingest.sink.decoding import BatchDecoders
+from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SinkPlan, SourceFormat
-from ingest.sink.report import NewTable, TaskReport, WrittenFile, merge_offsets, total_counts
+from ingest.sink.report import (
+    NewTable,
+    TaskReport,
+    WrittenFile,
+    merge_offsets,
+    topic_figures,
+    total_counts,
+)
+from ingest.sink.tables import create_cdc_table, known_tables
 from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
 
 log = structlog.get_logger("lakestream.ingest")
@@ -62,6 +74,7 @@ class SinkSettings:
     json_tables: Mapping[str, str] = field(default_factory=dict)
     hash_buckets: int = 4
     partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
 
     @property
     def writer_id(self) -> str:
@@ -74,13 +87,27 @@ class BatchSink:
     def __init__(self, catalog: Catalog, settings: SinkSettings) -> None:
         self.catalog = catalog
         self.settings = settings
-        self._tables: set[str] = {
-            *settings.json_tables.values(),
-            *settings.decoder.topic_tables.values(),
-        }
+        self._tables = known_tables(
+            catalog,
+            job=settings.job,
+            source_format=settings.source_format,
+            decoder=settings.decoder,
+            json_tables=settings.json_tables,
+            kafka=settings.kafka,
+        ) - {settings.dead_letter_table.lower()}
+        self._decoders = BatchDecoders(settings.decoder)
         self.batches_committed = 0
+        #: What failed the last batch, as raised (Spark re-raises it wrapped in its own error).
+        self.failure: Exception | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        try:
+            self._batch(df, batch_id)
+        except Exception as exc:
+            self.failure = exc
+            raise
+
+    def _batch(self, df: Any, batch_id: int) -> None:
         key = IdempotencyKey(writer_id=self.settings.writer_id, batch_id=batch_id)
         bound = log.bind(job=self.settings.job, batch=batch_id)
         if self.catalog.resolve_commit(key.writer_id, key.batch_id) is not None:
@@ -101,11 +128,17 @@ class BatchSink:
 
     def _write(self, df: Any, batch_id: int) -> list[TaskReport]:
         """Run the executor tasks; if the batch brought tables the catalog lacks, create them
-        and write again (a rare second pass; the first pass's files become leftovers)."""
+        and write again (a rare second pass; the first pass's files become leftovers).
+
+        A batch the dead-letter guard refuses fails here, before any table is created or
+        anything committed."""
         for _ in range(3):
             plan = self._plan(batch_id)
             rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
             reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
+            too_many = self.settings.guard.check(topic_figures(reports))
+            if too_many is not None:
+                raise too_many
             new = {t.table: t for r in reports for t in r.new_tables}
             if not new:
                 refused = [x for r in reports for x in r.refused]
@@ -126,7 +159,7 @@ class BatchSink:
         dead = self._dead_letter_table()
         return SinkPlan(
             source_format=self.settings.source_format,
-            decoder=self.settings.decoder,
+            decoder=self._decoders.for_tables(metas),
             tables=metas,
             dead_letters=dead,
             batch_id=batch_id,
@@ -147,30 +180,26 @@ class BatchSink:
                 return self.catalog.load_table(name).meta
 
     def _create(self, new: NewTable) -> None:
+        """Create a table the batch brought (with the schema its rows carry, or the declared
+        one for schemaless messages); logs whether it was really created."""
         schema = from_base64(new.schema_b64)
+        partition_by = self.settings.partition_by.get(new.table, ())
+        self._tables.add(new.table)
         try:
             if new.kind == "cdc":
-                self.catalog.create_table(
+                create_cdc_table(
+                    self.catalog,
                     new.table,
                     schema,
-                    primary_key=list(new.primary_key),
+                    primary_key=new.primary_key,
                     hash_buckets=self.settings.hash_buckets,
-                    partition_by=list(self.settings.partition_by.get(new.table, ())),
-                    properties={
-                        SEQUENCE_COLUMN_PROPERTY: SEQUENCE_COLUMN,
-                        # order comes from the sequence column, not commit order
-                        CONCURRENT_MERGE_PROPERTY: "true",
-                    },
+                    partition_by=partition_by,
                 )
             else:
-                self.catalog.create_table(
-                    new.table,
-                    schema,
-                    partition_by=list(self.settings.partition_by.get(new.table, ())),
-                )
+                self.catalog.create_table(new.table, schema, partition_by=list(partition_by))
         except TableAlreadyExistsError:
-            pass  # another job created it meanwhile
-        self._tables.add(new.table)
+            log.info("table_found", table=new.table, reason="exists, unknown when the job started")
+            return
         log.info("table_created_from_stream", table=new.table, kind=new.kind, columns=len(schema))
 
     # -- committing ------------------------------------------------------------------------
