@@ -114,25 +114,26 @@ class BatchSink:
             bound.info("batch_already_committed")
             return
         started = time.monotonic()
-        reports = self._write(df, batch_id)
+        reports, passes = self._write(df, batch_id)
         written = time.monotonic()
         request = self._request(reports, key)
         if request is None:
-            bound.info("batch_empty", records=sum(r.records for r in reports))
+            bound.info("batch_empty", records=sum(r.records for r in reports), passes=passes)
             return
         result = self._commit(request)
         self.batches_committed += 1
-        self._log(bound, reports, result, written - started, time.monotonic() - written)
+        self._log(bound, reports, result, passes, (written - started, time.monotonic() - written))
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _write(self, df: Any, batch_id: int) -> list[TaskReport]:
+    def _write(self, df: Any, batch_id: int) -> tuple[list[TaskReport], int]:
         """Run the executor tasks; if the batch brought tables the catalog lacks, create them
-        and write again (a rare second pass; the first pass's files become leftovers).
+        and write again (a rare second pass; the first pass's files become leftovers). Returns
+        the reports and how many passes it took (logged: a second pass doubles a batch's cost).
 
         A batch the dead-letter guard refuses fails here, before any table is created or
         anything committed."""
-        for _ in range(3):
+        for passes in range(1, 4):
             plan = self._plan(batch_id)
             rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
             reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
@@ -144,7 +145,7 @@ class BatchSink:
                 refused = [x for r in reports for x in r.refused]
                 if refused:
                     raise SchemaChangeRefused(*refused[0])
-                return reports
+                return reports, passes
             for new_table in new.values():
                 self._create(new_table)
         raise IngestError("new tables kept appearing in one batch; giving up on it")
@@ -268,9 +269,10 @@ class BatchSink:
         bound: Any,
         reports: Sequence[TaskReport],
         result: CommitResult,
-        write_s: float,
-        commit_s: float,
+        passes: int,
+        seconds: tuple[float, float],
     ) -> None:
+        write_s, commit_s = seconds
         counts = total_counts(reports)
         files = sum(len(r.files) for r in reports)
         bound.info(
@@ -291,6 +293,7 @@ class BatchSink:
             dead_letters=sum(r.dead_letters for r in reports),
             ignored=sum(r.ignored for r in reports),
             tombstones=sum(r.tombstones for r in reports),
+            passes=passes,
             write_ms=round(write_s * 1000),
             task_cpu_ms=sum(r.cpu_ms for r in reports),
             task_wall_ms=max((r.wall_ms for r in reports), default=0),
