@@ -354,6 +354,11 @@ class Catalog:
         )
         return {r["table_id"] for r in rows}
 
+    def table_names(self, table_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """``namespace.table`` of each of these table incarnations that still exists."""
+        rows = self._store.fetch_all(query("live_table_names"), {"table_ids": list(table_ids)})
+        return {r["table_id"]: f"{r['namespace']}.{r['name']}" for r in rows}
+
     def read_point(self, tables: Iterable[str]) -> dict[str, int]:
         """The latest versions of several tables, read at one instant (a consistent cut)."""
         metas = {name: self.load_table(name).meta for name in tables}

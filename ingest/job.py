@@ -30,6 +30,7 @@ from ingest.kafka.offsets import OffsetsJson
 from ingest.kafka.options import Emit, parse_options
 from ingest.kafka.source import SOURCE_NAME, register, starting_offsets_now
 from ingest.sink.batch import BatchSink, SinkSettings
+from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 
 log = structlog.get_logger("lakestream.ingest.job")
@@ -55,6 +56,7 @@ class IngestJobConfig:
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     fail_at: FailAt | None = None
     """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
+    dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
 
 
 @dataclass
@@ -92,7 +94,12 @@ def run_ingest(
     if config.fail_at is not None:
         config.fail_at.trip(Failpoint.BEFORE_QUERY)
     query = _start(config, spark, sink, options)
-    _await(query, stop or threading.Event())
+    try:
+        _await(query, stop or threading.Event())
+    except Exception:
+        if sink.failure is not None:  # raised in foreachBatch: report it as it was, not wrapped
+            raise sink.failure from None
+        raise
     return IngestRun(sink.batches_committed, incarnation, sink.records_read, start.origin)
 
 
@@ -114,6 +121,7 @@ def _sink_settings(
         partition_by=config.partition_by,
         kafka=parse_options(options),
         fail_at=config.fail_at,
+        guard=config.dead_letter_guard,
     )
 
 

@@ -3,6 +3,10 @@
 YAML gives the structure; environment variables override any field
 (``LAKESTREAM_INGEST_KAFKA__BOOTSTRAP_SERVERS=...``). Secrets (the catalog DSN, Kafka options
 such as ``sasl.password``) are ``SecretStr`` and never reach logs.
+
+``tables.declare`` gives the columns and key of tables that do not exist yet, for topics whose
+messages carry no schema (types: :mod:`jobs.column_types`); ``dead_letters`` names the
+dead-letter table and the guard against dead-lettering whole topics (:mod:`ingest.sink.guard`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,9 +26,13 @@ from pydantic_settings import (
 
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig
+from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
+from jobs.column_types import column_field
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+DEFAULT_DEAD_LETTER_TABLE = "lakestream.dead_letters"
 
 
 class _Section(BaseModel):
@@ -52,6 +61,28 @@ class SourceSection(_Section):
     one batch)."""
 
 
+class DeclaredTable(_Section):
+    """A CDC table the job creates, with these columns, when its topic first brings rows.
+
+    Used only while the table does not exist: the catalog's schema decides once it does.
+    """
+
+    primary_key: list[str] = Field(min_length=1)
+    columns: dict[str, str] = Field(min_length=1)
+    """column -> type (see :mod:`jobs.column_types`), in table order."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DeclaredTable:
+        self.arrow_schema()  # every type parses
+        missing = [c for c in self.primary_key if c not in self.columns]
+        if missing:
+            raise ValueError(f"primary_key column {missing[0]!r} is not among the columns")
+        return self
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([column_field(name, text) for name, text in self.columns.items()])
+
+
 class TablesSection(_Section):
     topic_tables: dict[str, str] = Field(default_factory=dict)
     """topic -> namespace.table; default for Debezium: server.schema.table -> schema.table."""
@@ -59,6 +90,29 @@ class TablesSection(_Section):
     primary_keys: dict[str, list[str]] = Field(default_factory=dict)
     hash_buckets: int = Field(default=4, ge=1, le=65536)
     partition_by: dict[str, list[str]] = Field(default_factory=dict)
+    declare: dict[str, DeclaredTable] = Field(default_factory=dict)
+    """namespace.table -> columns and key, for schemaless topics of tables not created yet."""
+
+    @field_validator("declare")
+    @classmethod
+    def _declared_names(cls, value: dict[str, DeclaredTable]) -> dict[str, DeclaredTable]:
+        for name in value:
+            if not _TABLE_NAME.fullmatch(name):
+                raise ValueError(f"declared table {name!r} is not a namespace.table name")
+        return {name.lower(): table for name, table in value.items()}
+
+
+class DeadLettersSection(_Section):
+    table: str = DEFAULT_DEAD_LETTER_TABLE
+    max_ratio: float | None = Field(default=0.5, ge=0, le=1)
+    """A batch fails, committing nothing, when a topic's dead letters exceed this share of its
+    records; ``null`` turns the guard off."""
+    min_count: int = Field(default=10, ge=1)
+    """A topic is judged only from this many dead letters in a batch on, so that one poison
+    message alone in a batch does not stop the job."""
+
+    def guard(self) -> DeadLetterGuard:
+        return DeadLetterGuard(max_ratio=self.max_ratio, min_count=self.min_count)
 
 
 class SparkSection(_Section):
@@ -77,7 +131,9 @@ class IngestSettings(BaseSettings):
     kafka: KafkaSection
     source: SourceSection = Field(default_factory=SourceSection)
     tables: TablesSection = Field(default_factory=TablesSection)
-    dead_letter_table: str = "lakestream.dead_letters"
+    dead_letters: DeadLettersSection = Field(default_factory=DeadLettersSection)
+    dead_letter_table: str | None = None
+    """The old name of ``dead_letters.table``, still accepted."""
     trigger: str = "available_now"
     """``available_now`` (drain and stop) or an interval such as ``10 seconds``."""
     checkpoint: Path
@@ -97,6 +153,23 @@ class IngestSettings(BaseSettings):
         if value != "available_now" and trigger_seconds(value) is None:
             raise ValueError("trigger is 'available_now' or '<number> seconds'")
         return value
+
+    @model_validator(mode="after")
+    def _declarations_need_debezium(self) -> IngestSettings:
+        if self.tables.declare and self.source.format is not SourceFormat.DEBEZIUM:
+            raise ValueError("tables.declare is for debezium topics (source.format: debezium)")
+        return self
+
+    @model_validator(mode="after")
+    def _dead_letter_table(self) -> IngestSettings:
+        if self.dead_letter_table is None:
+            return self
+        if "table" in self.dead_letters.model_fields_set:
+            raise ValueError(
+                "dead_letter_table is the old name of dead_letters.table: give only the latter"
+            )
+        self.dead_letters = self.dead_letters.model_copy(update={"table": self.dead_letter_table})
+        return self
 
     @classmethod
     def from_yaml(cls, path: Path) -> IngestSettings:
@@ -122,18 +195,24 @@ class IngestSettings(BaseSettings):
         return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
 
     def job_config(self) -> IngestJobConfig:
+        declared = self.tables.declare
         decoder = DecoderConfig(
             topic_tables=self.tables.topic_tables
             if self.source.format is SourceFormat.DEBEZIUM
             else {},
             namespaces=self.tables.namespaces,
-            primary_keys={t: tuple(k) for t, k in self.tables.primary_keys.items()},
+            schemas={name: table.arrow_schema() for name, table in declared.items()},
+            primary_keys={
+                **{t: tuple(k) for t, k in self.tables.primary_keys.items()},
+                **{name: tuple(table.primary_key) for name, table in declared.items()},
+            },
         )
         return IngestJobConfig(
             job=self.job,
             bootstrap_servers=self.kafka.bootstrap_servers,
             checkpoint=self.checkpoint,
-            dead_letter_table=self.dead_letter_table,
+            dead_letter_table=self.dead_letters.table,
+            dead_letter_guard=self.dead_letters.guard(),
             source_format=self.source.format,
             topics=tuple(self.source.topics),
             topic_pattern=self.source.pattern,
@@ -163,4 +242,6 @@ def describe(settings: IngestSettings) -> dict[str, Any]:
         "trigger": settings.trigger,
         "checkpoint": str(settings.checkpoint),
         "kafka_options": sorted(settings.kafka.options),
+        "declared_tables": sorted(settings.tables.declare),
+        "dead_letters": settings.dead_letters.model_dump(),
     }

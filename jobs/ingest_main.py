@@ -14,13 +14,16 @@ from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
 from jobs.settings import redact_dsn
 
+#: Spark's loggers of streaming query execution (micro-batches, their failures).
+STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
+
 
 def main(config_path: Path) -> int:
     try:
         settings = IngestSettings.from_yaml(config_path)
     except (ValidationError, FileNotFoundError) as exc:
         configure_logging()
-        structlog.get_logger("lakestream.ingest").error("bad_config", error=str(exc))
+        structlog.get_logger("lakestream.ingest").error("bad_config", error=config_error(exc))
         return 2
     configure_logging(settings.log_level)
     log = structlog.get_logger("lakestream.ingest")
@@ -29,6 +32,7 @@ def main(config_path: Path) -> int:
     from ingest.job import run_ingest
 
     spark = _spark_session(settings)
+    _one_report_of_failures(spark)
     try:
         with Catalog.connect(dsn, warehouse=settings.catalog.warehouse) as catalog:
             run = run_ingest(settings.job_config(), spark, catalog)
@@ -39,6 +43,27 @@ def main(config_path: Path) -> int:
         return 1
     finally:
         spark.stop()
+
+
+def config_error(exc: ValidationError | FileNotFoundError) -> str:
+    """One line saying where the configuration is wrong and what was expected."""
+    if isinstance(exc, FileNotFoundError):
+        return str(exc)
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
+
+
+def _one_report_of_failures(spark: Any) -> None:
+    """The job reports a failed query itself, in one line (``ingest_failed``); Spark's
+    streaming engine would log the same failure again at ERROR, with a JVM and a Python stack
+    trace. A failure that is not the job's own still reaches the user whole, as the query's
+    exception."""
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(STREAMING_LOGGER, log4j.Level.OFF)
 
 
 def _spark_session(settings: IngestSettings) -> Any:

@@ -143,6 +143,12 @@ SELECT table_id, namespace, name, location, current_schema_id, partition_columns
        primary_key, properties, created_at, dropped_at
 FROM table_info WHERE table_id = %(table_id)s
 
+-- name: live_table_names
+-- Names of the table incarnations among these ids that were not dropped.
+SELECT table_id, namespace, name FROM table_info
+WHERE table_id = ANY(%(table_ids)s) AND dropped_at IS NULL
+ORDER BY namespace, name
+
 -- name: list_tables
 SELECT namespace, name FROM table_info
 WHERE dropped_at IS NULL AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)

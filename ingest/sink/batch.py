@@ -6,6 +6,10 @@ already landed is recognised and skipped; one that did not land is written again
 crashed attempt are left for maintenance) and committed once. The offsets of every batch are
 stored with its commit under the job's name, so a job whose checkpoint is lost resumes from the
 catalog alone (see :mod:`ingest.job`).
+
+Before the commit, the dead-letter guard (:mod:`ingest.sink.guard`) may refuse the batch; the
+error is kept in :attr:`BatchSink.failure` so the job can report it as it was raised (Spark
+wraps whatever ``foreachBatch`` raises in its own exception).
 """
 
 from __future__ import annotations
@@ -33,17 +37,25 @@ from catalog import (
     TableCommit,
     TableNotFoundError,
 )
-from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.errors import TableAlreadyExistsError
-from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
-from catalog.model import SEQUENCE_COLUMN
+from catalog.meta import TableMeta
 from catalog.schemas import from_base64, to_base64
 from ingest.debezium import DecoderConfig
 from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.failpoints import FailAt, Failpoint
 from ingest.kafka.options import SourceOptions
+from ingest.sink.decoding import BatchDecoders
+from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SinkPlan, SourceFormat
-from ingest.sink.report import NewTable, TaskReport, WrittenFile, merge_offsets, total_counts
+from ingest.sink.report import (
+    NewTable,
+    TaskReport,
+    WrittenFile,
+    merge_offsets,
+    topic_figures,
+    total_counts,
+)
+from ingest.sink.tables import create_cdc_table, known_tables
 from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
 
 log = structlog.get_logger("lakestream.ingest")
@@ -65,6 +77,7 @@ class SinkSettings:
     partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     fail_at: FailAt | None = None
     """Fault injection for crash tests (:mod:`ingest.failpoints`)."""
+    guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
 
     @property
     def writer_id(self) -> str:
@@ -77,33 +90,48 @@ class BatchSink:
     def __init__(self, catalog: Catalog, settings: SinkSettings) -> None:
         self.catalog = catalog
         self.settings = settings
-        self._tables: set[str] = {
-            *settings.json_tables.values(),
-            *settings.decoder.topic_tables.values(),
-        }
+        self._tables = known_tables(
+            catalog,
+            job=settings.job,
+            source_format=settings.source_format,
+            decoder=settings.decoder,
+            json_tables=settings.json_tables,
+            kafka=settings.kafka,
+        ) - {settings.dead_letter_table.lower()}
+        self._decoders = BatchDecoders(settings.decoder)
         self.batches_committed = 0
         self.records_read = 0
         self._batches_seen = 0
+        #: What failed the last batch, as raised (Spark re-raises it wrapped in its own error).
+        self.failure: Exception | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         batch_of_run, self._batches_seen = self._batches_seen, self._batches_seen + 1
+        try:
+            self._batch(df, batch_id, batch_of_run)
+        except Exception as exc:
+            self.failure = exc
+            raise
+
+    def _batch(self, df: Any, batch_id: int, batch_of_run: int) -> None:
         key = IdempotencyKey(writer_id=self.settings.writer_id, batch_id=batch_id)
         bound = log.bind(job=self.settings.job, batch=batch_id)
         if self.catalog.resolve_commit(key.writer_id, key.batch_id) is not None:
             bound.info("batch_already_committed")
             return
         started = time.monotonic()
-        reports = self._write(df, batch_id)
+        reports, passes = self._write(df, batch_id)
         written = time.monotonic()
         self._trip(Failpoint.BATCH_WRITTEN, batch_of_run)
         request = self._request(reports, key)
         records = sum(r.records for r in reports)
         if request is None:
-            bound.info("batch_empty", records=records)
+            bound.info("batch_empty", records=records, passes=passes)
         else:
             result = self._commit(request)
             self.batches_committed += 1
-            self._log(bound, reports, result, written - started, time.monotonic() - written)
+            seconds = (written - started, time.monotonic() - written)
+            self._log(bound, reports, result, passes, seconds)
         self.records_read += records
         self._trip(Failpoint.BATCH_COMMITTED, batch_of_run)
 
@@ -113,19 +141,26 @@ class BatchSink:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _write(self, df: Any, batch_id: int) -> list[TaskReport]:
+    def _write(self, df: Any, batch_id: int) -> tuple[list[TaskReport], int]:
         """Run the executor tasks; if the batch brought tables the catalog lacks, create them
-        and write again (a rare second pass; the first pass's files become leftovers)."""
-        for _ in range(3):
+        and write again (a rare second pass; the first pass's files become leftovers). Returns
+        the reports and how many passes it took (logged: a second pass doubles a batch's cost).
+
+        A batch the dead-letter guard refuses fails here, before any table is created or
+        anything committed."""
+        for passes in range(1, 4):
             plan = self._plan(batch_id)
             rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
             reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
+            too_many = self.settings.guard.check(topic_figures(reports))
+            if too_many is not None:
+                raise too_many
             new = {t.table: t for r in reports for t in r.new_tables}
             if not new:
                 refused = [x for r in reports for x in r.refused]
                 if refused:
                     raise SchemaChangeRefused(*refused[0])
-                return reports
+                return reports, passes
             for new_table in new.values():
                 self._create(new_table)
         raise IngestError("new tables kept appearing in one batch; giving up on it")
@@ -140,7 +175,7 @@ class BatchSink:
         dead = self._dead_letter_table()
         return SinkPlan(
             source_format=self.settings.source_format,
-            decoder=self.settings.decoder,
+            decoder=self._decoders.for_tables(metas),
             tables=metas,
             dead_letters=dead,
             batch_id=batch_id,
@@ -161,30 +196,26 @@ class BatchSink:
                 return self.catalog.load_table(name).meta
 
     def _create(self, new: NewTable) -> None:
+        """Create a table the batch brought (with the schema its rows carry, or the declared
+        one for schemaless messages); logs whether it was really created."""
         schema = from_base64(new.schema_b64)
+        partition_by = self.settings.partition_by.get(new.table, ())
+        self._tables.add(new.table)
         try:
             if new.kind == "cdc":
-                self.catalog.create_table(
+                create_cdc_table(
+                    self.catalog,
                     new.table,
                     schema,
-                    primary_key=list(new.primary_key),
+                    primary_key=new.primary_key,
                     hash_buckets=self.settings.hash_buckets,
-                    partition_by=list(self.settings.partition_by.get(new.table, ())),
-                    properties={
-                        SEQUENCE_COLUMN_PROPERTY: SEQUENCE_COLUMN,
-                        # order comes from the sequence column, not commit order
-                        CONCURRENT_MERGE_PROPERTY: "true",
-                    },
+                    partition_by=partition_by,
                 )
             else:
-                self.catalog.create_table(
-                    new.table,
-                    schema,
-                    partition_by=list(self.settings.partition_by.get(new.table, ())),
-                )
+                self.catalog.create_table(new.table, schema, partition_by=list(partition_by))
         except TableAlreadyExistsError:
-            pass  # another job created it meanwhile
-        self._tables.add(new.table)
+            log.info("table_found", table=new.table, reason="exists, unknown when the job started")
+            return
         log.info("table_created_from_stream", table=new.table, kind=new.kind, columns=len(schema))
 
     # -- committing ------------------------------------------------------------------------
@@ -253,9 +284,10 @@ class BatchSink:
         bound: Any,
         reports: Sequence[TaskReport],
         result: CommitResult,
-        write_s: float,
-        commit_s: float,
+        passes: int,
+        seconds: tuple[float, float],
     ) -> None:
+        write_s, commit_s = seconds
         counts = total_counts(reports)
         files = sum(len(r.files) for r in reports)
         bound.info(
@@ -276,6 +308,7 @@ class BatchSink:
             dead_letters=sum(r.dead_letters for r in reports),
             ignored=sum(r.ignored for r in reports),
             tombstones=sum(r.tombstones for r in reports),
+            passes=passes,
             write_ms=round(write_s * 1000),
             task_cpu_ms=sum(r.cpu_ms for r in reports),
             task_wall_ms=max((r.wall_ms for r in reports), default=0),

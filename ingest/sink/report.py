@@ -49,6 +49,30 @@ class TableCounts(_Model):
         )
 
 
+class TopicFigures(_Model):
+    """One topic's share of a batch, for the dead-letter guard (:mod:`ingest.sink.guard`)."""
+
+    records: int = 0
+    #: reason -> dead letters
+    dead: dict[str, int] = Field(default_factory=dict)
+    #: reason -> the error text of its first dead letter (it names the table and column)
+    examples: dict[str, str] = Field(default_factory=dict)
+
+    def __add__(self, other: TopicFigures) -> TopicFigures:
+        dead = dict(self.dead)
+        for reason, count in other.dead.items():
+            dead[reason] = dead.get(reason, 0) + count
+        return TopicFigures(
+            records=self.records + other.records,
+            dead=dead,
+            examples={**other.examples, **self.examples},
+        )
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(self.dead.values())
+
+
 class TaskReport(_Model):
     files: list[WrittenFile] = Field(default_factory=list)
     #: topic -> partition -> next offset (max offset seen + 1)
@@ -62,6 +86,8 @@ class TaskReport(_Model):
     ignored: int = 0
     tombstones: int = 0
     records: int = 0
+    #: topic -> its records and dead letters in this task
+    topics: dict[str, TopicFigures] = Field(default_factory=dict)
     max_timestamp_ms: int | None = None
     #: The task's own CPU and wall time (read + decode + write), for the batch log.
     cpu_ms: int = 0
@@ -85,4 +111,13 @@ def total_counts(reports: Iterable[TaskReport]) -> dict[str, TableCounts]:
     for report in reports:
         for table, c in report.counts.items():
             totals[table] = totals.get(table, TableCounts()) + c
+    return totals
+
+
+def topic_figures(reports: Iterable[TaskReport]) -> dict[str, TopicFigures]:
+    """Per topic, the figures of all tasks of a batch added up."""
+    totals: dict[str, TopicFigures] = {}
+    for report in reports:
+        for topic, figures in report.topics.items():
+            totals[topic] = totals.get(topic, TopicFigures()) + figures
     return totals

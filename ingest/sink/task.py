@@ -37,7 +37,7 @@ from ingest.kafka.reader import MessageField, message_key, message_millis, read_
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
 from ingest.sink.plan import SinkPlan, SourceFormat
-from ingest.sink.report import NewTable, TableCounts, TaskReport, WrittenFile
+from ingest.sink.report import NewTable, TableCounts, TaskReport, TopicFigures, WrittenFile
 
 REPORT_SCHEMA = "report string"
 DEAD_LETTER_SCHEMA = pa.schema([
@@ -60,6 +60,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     known = [t for t in (c.timestamps_ms[-1] for c in chunks) if t is not None]
     report = TaskReport(
         records=sum(len(c) for c in chunks),
+        topics=_records_by_topic(chunks),
         offsets=_range_ends(ranges),
         max_timestamp_ms=max(known) if known else None,
     )
@@ -95,6 +96,13 @@ def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator
                 [m.value() for m in messages],
                 MessageField(messages, message_millis),
             )
+
+
+def _records_by_topic(chunks: Iterable[RecordChunk]) -> dict[str, TopicFigures]:
+    counts: dict[str, int] = defaultdict(int)
+    for chunk in chunks:
+        counts[chunk.topic] += len(chunk)
+    return {topic: TopicFigures(records=n) for topic, n in counts.items()}
 
 
 def _range_ends(ranges: Iterable[OffsetRange]) -> dict[str, dict[str, int]]:
@@ -317,4 +325,22 @@ class _Accumulator:
             schema=DEAD_LETTER_SCHEMA,
         )
         self.commit(stage_append(plan.dead_letters, rows))
-        self._add(dead_letters=self.report.dead_letters + len(letters))
+        topics = dict(self.report.topics)
+        for topic, figures in _dead_by_topic(letters).items():
+            topics[topic] = topics.get(topic, TopicFigures()) + figures
+        self._add(dead_letters=self.report.dead_letters + len(letters), topics=topics)
+
+
+def _dead_by_topic(letters: Sequence[DeadLetter]) -> dict[str, TopicFigures]:
+    """Per topic, the dead letters by reason and the error of the first of each reason."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    examples: dict[str, dict[str, str]] = defaultdict(dict)
+    for d in letters:
+        reason = str(d.reason)
+        counts[d.topic][reason] += 1
+        if reason not in examples[d.topic]:
+            examples[d.topic][reason] = f"{d.table}: {d.error}" if d.table else d.error
+    return {
+        topic: TopicFigures(dead=dict(reasons), examples=examples[topic])
+        for topic, reasons in counts.items()
+    }
