@@ -102,6 +102,15 @@ class WriterProgress:
 
 
 @dataclass(frozen=True)
+class TableHead:
+    """A live table's identity and latest version."""
+
+    name: str
+    table_id: uuid.UUID
+    version: int
+
+
+@dataclass(frozen=True)
 class Leftover:
     """Files no reader will ever see: of commits never published, or discarded ones."""
 
@@ -328,6 +337,14 @@ class Catalog:
             for r in discarded
         ]
         return found
+
+    def table_heads(self) -> list[TableHead]:
+        """Every live table and its latest version, in one query (for pollers)."""
+        rows = self._store.fetch_all(query("live_table_heads"), {})
+        return [
+            TableHead(f"{r['namespace']}.{r['name']}", r["table_id"], int(r["version"]))
+            for r in rows
+        ]
 
     def live_table_ids(self, table_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
         """Which of these table incarnations still exist (not dropped)."""

@@ -71,6 +71,10 @@ from catalog.snapshots import PartitionHead, head_from_row, load_snapshots, part
 from catalog.store import LockBusy, PgStore, TransientStoreError, translate_errors
 
 log = structlog.get_logger("lakestream.catalog.commit")
+
+#: Every publish notifies this channel with the id of each table it gave a new version
+#: (``LISTEN lakestream_commit``); the compactor's coordinator wakes on it.
+COMMIT_CHANNEL = "lakestream_commit"
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 
 
@@ -281,7 +285,15 @@ class _Publication:
             tables=results,
         )
         self._record_key(result)
+        self._notify(result)
         return result
+
+    def _notify(self, result: CommitResult) -> None:
+        landed = [t.table_id for t in result.tables if t.version is not None]
+        if landed:
+            self.conn.execute(
+                query("notify_commit"), {"channel": COMMIT_CHANNEL, "table_ids": landed}
+            )
 
     def _evolve(self, tc: TableCommit) -> None:
         """Publish the commit's schema change; the head lock serialises it with other changes."""

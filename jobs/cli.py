@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from pydantic import ValidationError
 
 from catalog import Catalog, CatalogError
+from catalog.errors import CatalogUnavailableError
+from compaction.errors import CompactionError
+from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
 from jobs.settings import CatalogSettings, redact_dsn
 
@@ -18,9 +23,14 @@ app = typer.Typer(
     no_args_is_help=True, help="lakestream: streaming ingestion into lakehouse tables"
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="Create and migrate the catalog database.")
-tables_app = typer.Typer(no_args_is_help=True, help="Inspect tables.")
+tables_app = typer.Typer(no_args_is_help=True, help="Inspect and compact tables.")
+compactor_app = typer.Typer(
+    no_args_is_help=True,
+    help="The compactor service: keeps tables free of small files and sorted runs.",
+)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(tables_app, name="tables")
+app.add_typer(compactor_app, name="compactor")
 
 DsnOption = Annotated[
     str | None,
@@ -107,6 +117,44 @@ def tables_history(
         )
 
 
+@tables_app.command("compact")
+def tables_compact(
+    table: str,
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            "--partition",
+            help="only this partition: 'region=eu', or 'region=eu,bucket=0003' (CDC)",
+        ),
+    ] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compact a table now: fold small files and merge runs; prints what it did.
+
+    Exit codes: 0 done (also when there was nothing to do), 1 a runtime failure (table not
+    found, catalog or file error), 2 a usage or configuration mistake (bad --partition, a bad
+    compaction table property, compaction disabled).
+    """
+    from compaction.errors import CompactionError
+    from compaction.policy import InvalidPolicyError
+    from jobs.table_compact import UsageError, compact_table
+
+    with _connect(dsn) as cat:
+        try:
+            report = compact_table(cat, table, partition)
+        except (UsageError, InvalidPolicyError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        except (CatalogError, CompactionError, OSError) as exc:
+            typer.echo(f"error: compacting {table} failed: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        typer.echo("\n".join(report.lines()))
+
+
 def _guard(action: Callable[[], T]) -> T:
     """Run a catalog action; a catalog error becomes a one-line message and exit code 1."""
     try:
@@ -114,6 +162,147 @@ def _guard(action: Callable[[], T]) -> T:
     except CatalogError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
+
+
+TablesPattern = Annotated[
+    str | None,
+    typer.Option(
+        "--tables",
+        help="fnmatch patterns on namespace.table, comma separated "
+        "(default: $LAKESTREAM_COMPACTOR_TABLES or '*')",
+    ),
+]
+
+
+@compactor_app.command("run")
+def compactor_run(
+    *,
+    tables: TablesPattern = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="worker processes (default 2; 0: none)")
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="plan once, run what is queued, exit")
+    ] = False,
+    poll_seconds: Annotated[
+        float | None, typer.Option("--poll-seconds", help="plan at least this often")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="serve /metrics and /healthz here")
+    ] = None,
+    dsn: DsnOption = None,
+    warehouse: WarehouseOption = None,
+) -> None:
+    """Run the compactor: plan tasks from the latest snapshots, run them in a worker pool."""
+    from jobs.compactor_main import install_stop_handlers, run_service
+
+    flags = {
+        "tables": tables,
+        "workers": workers,
+        "poll_seconds": poll_seconds,
+        "metrics_port": metrics_port,
+    }
+    settings, catalog_settings, target = _compactor_settings(flags, dsn)
+    stop = threading.Event()
+    install_stop_handlers(stop)
+    code = _compactor_guard(
+        target,
+        lambda: run_service(
+            target,
+            warehouse or catalog_settings.warehouse,
+            settings,
+            once=once,
+            log_level=catalog_settings.log_level,
+            stop=stop,
+        ),
+    )
+    raise typer.Exit(code)
+
+
+@compactor_app.command("worker")
+def compactor_worker(dsn: DsnOption = None, warehouse: WarehouseOption = None) -> None:
+    """Run one worker process that takes tasks from the shared queue (scale out with more)."""
+    from jobs.compactor_main import install_stop_handlers, run_worker
+
+    settings, catalog_settings, target = _compactor_settings({}, dsn)
+    stop = threading.Event()
+    install_stop_handlers(stop)
+    code = _compactor_guard(
+        target,
+        lambda: run_worker(target, warehouse or catalog_settings.warehouse, settings, stop=stop),
+    )
+    raise typer.Exit(code)
+
+
+@compactor_app.command("status")
+def compactor_status(
+    tables: TablesPattern = None, dsn: DsnOption = None, as_json: JsonOption = False
+) -> None:
+    """Per table: small-file backlog, max runs per bucket, queue, running tasks, last results."""
+    from compaction.queue import TaskQueue
+    from compaction.status import collect_status
+
+    settings, _, target = _compactor_settings({"tables": tables}, dsn)
+    with _connect(target) as cat:
+        queue = TaskQueue(cat.store, settings.queue())
+        found = _compactor_guard(target, lambda: collect_status(cat, queue, settings.patterns()))
+    if as_json:
+        typer.echo(json.dumps([s.to_json() for s in found], indent=2, default=str))
+        return
+    typer.echo(
+        f"{'table':<32} {'kind':<6} {'version':>8} {'files':>6} {'small':>6} "
+        f"{'max runs':>8} {'queued':>6} {'running':>7}  last result"
+    )
+    for s in found:
+        last = s.last_results[0] if s.last_results else None
+        summary = f"{last.outcome} {last.partition_desc} ({last.duration_s:.1f}s)" if last else "-"
+        typer.echo(
+            f"{s.table:<32} {s.kind:<6} {s.version:>8} {s.files:>6} {s.small_files:>6} "
+            f"{s.max_runs_per_bucket:>8} {s.queued:>6} {len(s.running):>7}  {summary}"
+        )
+        if s.error:
+            typer.echo(f"    error: {s.error}")
+        for t in s.running:
+            typer.echo(
+                f"    running {t.partition_desc} on {t.worker_id} for {t.running_s or 0:.0f}s "
+                f"(lease {t.lease_left_s or 0:.0f}s left, attempt {t.attempts})"
+            )
+
+
+def _compactor_settings(
+    flags: Mapping[str, object], dsn: str | None
+) -> tuple[CompactorSettings, CatalogSettings, str]:
+    """Settings from flags over the environment; a bad value is one line and exit code 2."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        catalog_settings = CatalogSettings()
+        settings = CompactorSettings(**given)  # type: ignore[arg-type]
+        target = dsn or catalog_settings.dsn()
+    except (ValidationError, ValueError) as exc:
+        typer.echo(f"error: {_one_line(exc)}", err=True)
+        raise typer.Exit(2) from exc
+    configure_logging(catalog_settings.log_level)
+    return settings, catalog_settings, target
+
+
+def _compactor_guard(dsn: str, action: Callable[[], T]) -> T:
+    """Catalog unreachable: exit 2; a catalog or compaction failure: one line, exit 1."""
+    try:
+        return action()
+    except CatalogUnavailableError as exc:
+        typer.echo(f"cannot open catalog at {redact_dsn(dsn)}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except (CatalogError, CompactionError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+    return str(exc)
 
 
 @app.command("ingest")

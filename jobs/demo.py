@@ -1,8 +1,8 @@
 """``lakestream demo``: the quickstart on embedded defaults.
 
 Starts a local PostgreSQL (data under ``.lakestream/``), creates an append table, lets several
-writers commit Parquet files concurrently, compacts the small files while they write, and shows
-the history and a time-travel read. Nothing outside this directory is touched.
+writers commit Parquet files concurrently, compacts the small files with the compactor's
+routine, and shows the history and a time-travel read. Nothing outside this directory is touched.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from catalog import (
     Table,
 )
 from jobs.localpg import LocalPostgres
+from jobs.table_compact import compact_table
 
 log = structlog.get_logger("lakestream.demo")
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.float64())])
@@ -49,7 +50,7 @@ def run_demo(config: DemoConfig) -> None:
         with cat:
             events = _fresh_table(cat)
             _write_concurrently(events, config)
-            _compact(events)
+            _compact(cat, events)
             _show(events)
         if config.keep_server:
             print(f"\nPostgreSQL keeps running: LAKESTREAM_CATALOG_DSN={server.dsn('lakestream')}")
@@ -114,27 +115,10 @@ def _write_concurrently(table: Table, config: DemoConfig) -> None:
             done.result()  # a writer's failure stops the demo with its error
 
 
-def _compact(table: Table) -> None:
-    """Bin-pack each partition's files into one, as ONE commit (the compactor will do this)."""
-    base = table.current_version()
-    parts = [
-        _compact_partition(table, part.partition_desc, part.files)
-        for part in table.plan(version=base).partitions
-    ]
-    table.commit(CommitOp.COMPACTION, parts, base_version=base)
-
-
-def _compact_partition(table: Table, desc: str, files: tuple[DataFile, ...]) -> PartitionCommit:
-    root = Path(table.meta.location)
-    data = pa.concat_tables([pq.read_table(root / f.path) for f in files])
-    relative = f"{desc.replace(',', '/')}/compacted-{uuid.uuid4().hex}.parquet"
-    pq.write_table(data, root / relative)
-    output = DataFile(
-        path=relative, row_count=data.num_rows, size_bytes=(root / relative).stat().st_size
-    )
-    ops = [FileOp(action=FileAction.DELETE, file=f) for f in files]
-    ops.append(FileOp(action=FileAction.ADD, file=output))
-    return PartitionCommit(partition_desc=desc, ops=tuple(ops))
+def _compact(cat: Catalog, table: Table) -> None:
+    """Fold each partition's small files with the compactor's own routine, exactly as
+    ``lakestream tables compact`` does (one compaction commit per partition)."""
+    print("\n".join(compact_table(cat, table.name).lines()))
 
 
 def _rows(table: Table, version: int | None = None) -> int:

@@ -3,14 +3,15 @@
 Workload (per ``--updates`` variant): ``--runs`` upserts of ``--rows``/``--runs`` rows each into
 a CDC table of ``--buckets`` buckets, so every bucket holds ``--runs`` sorted runs; the first
 upsert inserts only, each later one updates that share of its rows (keys drawn uniformly from
-all earlier keys) and inserts the rest. The bench then compacts the table (per bucket:
-``read_merged(ordered=True)`` -> ``write_data_file`` -> one COMPACTION commit with
-``base_version``), so the same table can be read at two versions with ``Table.scan``: before
-(merge-on-read of the runs) and after (one plain file per bucket). delta-rs takes the same
-batches as MERGEs and is read with ``to_pyarrow_table()`` as a peer reference. Each read is
-timed ``--repeats`` times after one warm-up (files in the OS page cache), the readers taking
-turns in a rotating order; the figures are medians. Phase-timed copies of the two lakestream
-reads, in the same rotation, show where the time goes.
+all earlier keys) and inserts the rest. The bench then compacts the table with the
+compactor's routine (``compaction.rewrite.compact``: per bucket, its runs merged into one file
+and one COMPACTION commit at ``base_version``), so the same table can be read at two versions
+with ``Table.scan``: before (merge-on-read of the runs) and after (one plain file per
+bucket). delta-rs takes the same batches as MERGEs and is read with ``to_pyarrow_table()``
+as a peer reference. Each read is timed ``--repeats`` times after one warm-up (files in the
+OS page cache), the readers taking turns in a rotating order; the figures are medians.
+Phase-timed copies of the two lakestream reads, in the same rotation, show where the time
+goes.
 
     python -m bench.read.run [--rows 1000000] [--runs 10] [--updates 0.5 0.1] [--repeats 11]
 """

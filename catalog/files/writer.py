@@ -238,6 +238,7 @@ def write_data_files(
     Row groups are written one at a time; a file is closed at the first row group that brings it
     past the target, so files overshoot by at most one row group. Row order is kept (each file
     holds a contiguous slice), so sorted input gives sorted files. Empty input writes no file.
+    If writing fails, the files already finished are removed too: the caller never learnt them.
     """
     rows = _rows_per_group(data, options)
     root = Path(location)
@@ -260,6 +261,10 @@ def write_data_files(
         if sink is not None:
             files.append(_finish(sink, data.slice(start), schema_id))
             sink = None
+    except BaseException:
+        for done in files:  # nobody got their descriptions: nothing may stay behind unnamed
+            (root / done.path).unlink(missing_ok=True)
+        raise
     finally:
         if sink is not None:
             sink.abort()

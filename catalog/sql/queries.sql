@@ -205,3 +205,17 @@ ORDER BY d.created_at
 -- name: cleanup_files
 SELECT table_id, path, reason, commit_id, recorded_at FROM cleanup_file
 WHERE recorded_at < %(before)s ORDER BY recorded_at
+
+-- name: notify_commit
+-- Wakes whoever LISTENs on the channel (the compactor's coordinators) with the id of each table
+-- that got a new version. Sent inside the publish transaction, so PostgreSQL delivers it exactly
+-- when the commit becomes visible, and never for one that rolled back.
+SELECT pg_notify(%(channel)s, t::text) FROM unnest(%(table_ids)s::uuid[]) AS t
+
+-- name: live_table_heads
+-- Every live table with its latest version in one query: how a poller (the compactor's
+-- coordinator) finds which tables changed without reading any of them.
+SELECT t.table_id, t.namespace, t.name, h.version
+FROM table_info t JOIN table_head h USING (table_id)
+WHERE t.dropped_at IS NULL
+ORDER BY t.namespace, t.name

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog.errors import SchemaError
+from catalog.files import writer as writer_module
 from catalog.files.layout import new_data_file_path, partition_path
 from catalog.files.stats import STRING_STAT_CHARS, decode_stat
 from catalog.files.writer import (
@@ -218,6 +219,26 @@ def test_splitter_writes_nothing_for_empty_input(tmp_path: Path) -> None:
 def test_a_failed_write_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(pa.ArrowException):
         write_data_file(pa.table({"id": [1]}), tmp_path, options=WriteOptions(compression="nope"))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_split_write_failing_late_removes_the_files_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_commit = writer_module._FileSink.commit
+    commits = []
+
+    def commit_then_fail_on_the_third(sink: writer_module._FileSink) -> int:
+        commits.append(sink.relative)
+        if len(commits) == 3:
+            raise OSError("disk full")
+        return real_commit(sink)
+
+    monkeypatch.setattr(writer_module._FileSink, "commit", commit_then_fail_on_the_third)
+    options = WriteOptions(row_group_rows=100, target_file_bytes=1, fsync=False)
+    with pytest.raises(OSError, match="disk full"):
+        write_data_files(pa.table({"id": range(1000)}), tmp_path, options=options)
+    assert len(commits) == 3
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 

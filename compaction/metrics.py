@@ -1,0 +1,178 @@
+"""The compactor's Prometheus metrics, and the small HTTP server for ``/metrics`` and
+``/healthz``.
+
+Task figures come from the queue, not from the worker processes: every round the coordinator
+reads the tasks finished since the last one (by its pool or by ``lakestream compactor worker``
+processes on other hosts) and counts them here. So one scrape of the service covers the whole
+fleet, and the worker processes need no multiprocess metrics directory. (Two coordinators each
+count every task; scrape one, or sum by instance knowingly.)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from compaction.backlog import Backlog
+from compaction.queue import TaskResult
+
+_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class ServiceMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.queue_depth = Gauge(
+            "lakestream_compactor_queue_depth", "Live tasks on the queue", ["state"], registry=r
+        )
+        self.small_files = Gauge(
+            "lakestream_compactor_small_files",
+            "Small-file backlog per table (append: files below the small-file size; "
+            "CDC: runs of buckets holding more than one)",
+            ["table"],
+            registry=r,
+        )
+        self.max_runs = Gauge(
+            "lakestream_compactor_max_runs_per_bucket",
+            "Most sorted runs in one bucket of a CDC table",
+            ["table"],
+            registry=r,
+        )
+        self.task_duration = Histogram(
+            "lakestream_compactor_task_duration_seconds",
+            "Duration of finished tasks",
+            ["kind"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.bytes = Counter(
+            "lakestream_compactor_bytes",
+            "Bytes read and written by finished tasks",
+            ["direction"],
+            registry=r,
+        )
+        self.rows = Counter(
+            "lakestream_compactor_rows",
+            "Rows read and written by finished tasks",
+            ["direction"],
+            registry=r,
+        )
+        self.outcomes = Counter(
+            "lakestream_compactor_task_outcomes",
+            "Finished tasks by outcome (committed, discarded, replan, already-done, failed)",
+            ["outcome"],
+            registry=r,
+        )
+        self.lease_expiries = Counter(
+            "lakestream_compactor_lease_expiries",
+            "Leases that lapsed and were taken over (counted when the task finishes)",
+            registry=r,
+        )
+        self.rounds = Counter(
+            "lakestream_compactor_rounds", "Coordinator rounds completed", registry=r
+        )
+        self.tasks_queued = Counter(
+            "lakestream_compactor_tasks_queued", "Tasks this coordinator queued", registry=r
+        )
+        self.workers_alive = Gauge(
+            "lakestream_compactor_workers_alive", "Worker processes of this service", registry=r
+        )
+
+    def observe_finished(self, results: Iterable[TaskResult]) -> None:
+        for t in results:
+            self.outcomes.labels(t.outcome).inc()
+            self.task_duration.labels(t.kind).observe(t.duration_s)
+            self.bytes.labels("read").inc(t.bytes_in)
+            self.bytes.labels("written").inc(t.bytes_out)
+            self.rows.labels("read").inc(t.rows_in)
+            self.rows.labels("written").inc(t.rows_out)
+            if t.lease_expiries:
+                self.lease_expiries.inc(t.lease_expiries)
+
+    def observe_queue(self, depth: Mapping[str, int]) -> None:
+        for state, n in depth.items():
+            self.queue_depth.labels(state).set(n)
+
+    def observe_backlog(self, backlogs: Mapping[str, tuple[Backlog, bool]]) -> None:
+        """Per served table: its backlog and whether it is a CDC table."""
+        self.small_files.clear()
+        self.max_runs.clear()
+        for table, (found, cdc) in backlogs.items():
+            self.small_files.labels(table).set(found.small_files)
+            if cdc:
+                self.max_runs.labels(table).set(found.max_runs_per_bucket)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    detail: Mapping[str, Any]
+
+
+class MetricsServer:
+    """``GET /metrics`` (Prometheus text format) and ``GET /healthz`` (200 or 503, JSON)."""
+
+    def __init__(
+        self, metrics: ServiceMetrics, health: Callable[[], Health], host: str, port: int
+    ) -> None:
+        handler = _handler(metrics, health)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(metrics: ServiceMetrics, health: Callable[[], Health]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, metrics.exposition())
+            elif path == "/healthz":
+                state = health()
+                body = json.dumps({"status": "ok" if state.ok else "unhealthy", **state.detail})
+                self._send(200 if state.ok else 503, "application/json", body.encode())
+            else:
+                self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Scrapes are not worth a log line each."""
+
+    return Handler

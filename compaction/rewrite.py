@@ -1,0 +1,323 @@
+"""The one compaction routine: rewrite a task's input files and commit them as ``compaction``.
+
+The service's workers, ``lakestream tables compact``, the demo and the benchmarks all call
+:func:`compact`. It writes through :mod:`catalog.files` (temporary name, fsync, rename,
+statistics, schema id, zstd) and commits through the catalog's conflict matrix, so what it
+guarantees is what the matrix guarantees:
+
+* reads are unchanged by a compaction, at the new version and at every earlier one (old files
+  are only dropped from the new snapshot, never from the old ones);
+* a commit that landed after the task's base is never failed by it: appends and merges are
+  reordered after the compaction, a landed compaction or update discards it;
+* it leaves no file nobody knows about: outputs of a definite failure are deleted at once, those
+  of a discarded commit are recorded by the committer for cleanup (``Catalog.leftovers()``),
+  and only an unknown commit outcome keeps them (the commit may have landed).
+
+Append partitions are rewritten bin by bin (:func:`compaction.planner.bins_of`) in commit
+order, each bin's rows into files of the target size; memory holds one bin. A CDC bucket's runs
+are merged in sequence order (partial rows filled, newest change per key), deletes dropped only
+when the task says every run of the bucket is an input, otherwise kept with the row-kind column
+so a later merge still applies them; memory holds the bucket, as merge-on-read does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+
+from catalog import (
+    Catalog,
+    CommitConflict,
+    CommitOp,
+    CommitRejected,
+    ConflictKind,
+    DataFile,
+    FileAction,
+    FileOp,
+    PartitionCommit,
+    Table,
+    TableNotFoundError,
+)
+from catalog.errors import CatalogUnavailableError
+from catalog.files.reader import read_files, read_merged
+from catalog.files.writer import WriteOptions, write_data_file, write_data_files
+from catalog.meta import TableMeta
+from compaction.errors import CompactionError
+from compaction.planner import bins_of
+from compaction.task import CompactionKind, CompactionOutcome, CompactionTask, OutcomeStatus
+
+log = structlog.get_logger("lakestream.compaction")
+
+
+class InvalidTaskError(CompactionError, ValueError):
+    """A task that cannot be run as it is (a planning bug, never a race): nothing was written."""
+
+    def __init__(self, task: CompactionTask, message: str) -> None:
+        super().__init__(f"compaction task for {task.table} {task.partition_desc!r}: {message}")
+        self.table = task.table
+        self.partition_desc = task.partition_desc
+
+
+@dataclass(frozen=True)
+class _Landing:
+    status: OutcomeStatus
+    version: int | None
+    detail: str = ""
+
+
+def compact(catalog: Catalog, task: CompactionTask) -> CompactionOutcome:
+    """Run one task: skip if task.key() already landed (ALREADY_DONE); read inputs; write outputs
+    through catalog.files; commit op COMPACTION at task.base_version with key task.key();
+    COMMITTED / DISCARDED (outputs recorded for cleanup) / REPLAN (inputs gone; outputs removed
+    or recorded for cleanup). Raises only for real failures (CatalogError, IO errors)."""
+    started = time.monotonic()
+    try:
+        landing, outputs = _run(catalog, task)
+    except Exception as exc:
+        _log(task, started, None, error=exc)
+        raise
+    outcome = CompactionOutcome(
+        task=task,
+        status=landing.status,
+        version=landing.version,
+        outputs=outputs,
+        rows_in=task.input_rows,
+        rows_out=sum(f.row_count for f in outputs),
+        bytes_in=task.input_bytes,
+        bytes_out=sum(f.size_bytes for f in outputs),
+        duration_s=time.monotonic() - started,
+        detail=landing.detail,
+    )
+    _log(task, started, outcome)
+    return outcome
+
+
+def _run(catalog: Catalog, task: CompactionTask) -> tuple[_Landing, tuple[DataFile, ...]]:
+    earlier = _landed_before(catalog, task)
+    if earlier is not None:
+        return earlier, ()
+    table = _live_table(catalog, task)
+    if table is None:
+        return _Landing(OutcomeStatus.REPLAN, None, "the table was dropped or recreated"), ()
+    missing = _check_inputs(table, task)
+    if missing:
+        return _Landing(OutcomeStatus.REPLAN, None, missing), ()
+    outputs = _write(table.meta, task)
+    return _land(table, task, outputs), outputs
+
+
+# ---------------------------------------------------------------------------- before writing
+
+
+def _landed_before(catalog: Catalog, task: CompactionTask) -> _Landing | None:
+    """The outcome of an earlier run of this task whose commit landed (a re-claimed task)."""
+    key = task.key()
+    if key.is_anonymous:
+        return None
+    found = catalog.resolve_commit(key.writer_id, key.batch_id)
+    if found is None:
+        return None
+    mine = next((t for t in found.tables if t.table_id == task.table_id), None)
+    if mine is None or mine.discarded:
+        return _Landing(OutcomeStatus.DISCARDED, None, "an earlier run of this task was discarded")
+    return _Landing(OutcomeStatus.ALREADY_DONE, mine.version, f"landed as version {mine.version}")
+
+
+def _live_table(catalog: Catalog, task: CompactionTask) -> Table | None:
+    try:
+        table = catalog.load_table(task.table)
+    except TableNotFoundError:
+        return None
+    return table if table.meta.table_id == task.table_id else None
+
+
+def _check_inputs(table: Table, task: CompactionTask) -> str:
+    """Why the task must be replanned ('' if it can run): its inputs are read from the base
+    version's snapshot, so a missing one means the task is stale. Raises InvalidTaskError for
+    a task no snapshot could justify (see :func:`_check_bucket_inputs`)."""
+    if not task.inputs:
+        raise InvalidTaskError(task, "a task needs inputs")
+    plan = table.plan(version=task.base_version, partitions=[task.partition_desc])
+    live = [f.path for part in plan.partitions for f in part.files]
+    gone = [f.path for f in task.inputs if f.path not in live]
+    if gone:
+        return (
+            f"{len(gone)} input file(s) not in {task.partition_desc!r} at version "
+            f"{task.base_version} (first: {gone[0]})"
+        )
+    if task.kind is CompactionKind.MERGE_BUCKET:
+        _check_bucket_inputs(table.meta, task, live)
+    elif table.meta.is_cdc:
+        raise InvalidTaskError(task, "the runs of a CDC bucket are merged, never bin-packed")
+    return ""
+
+
+def _check_bucket_inputs(meta: TableMeta, task: CompactionTask, live: Sequence[str]) -> None:
+    """A bucket's merged runs take the place of the newest ones in the snapshot (the commit
+    lists kept files first), so the inputs must be every run (then deletes may be dropped) or
+    the newest runs in commit order (then deletes are kept)."""
+    inputs = [f.path for f in task.inputs]
+    if not meta.is_cdc:
+        raise InvalidTaskError(task, "a bucket merge needs a CDC table")
+    if inputs != list(live[len(live) - len(inputs) :]):
+        raise InvalidTaskError(
+            task, "bucket inputs must be the newest runs of the bucket, oldest first"
+        )
+    if task.drop_deletes and len(inputs) != len(live):
+        raise InvalidTaskError(
+            task, "deletes can only be dropped when every run of the bucket is an input"
+        )
+
+
+# ----------------------------------------------------------------------------------- writing
+
+
+def _write(meta: TableMeta, task: CompactionTask) -> tuple[DataFile, ...]:
+    """The task's output files; on any failure, the ones written so far are deleted."""
+    written: list[DataFile] = []
+    try:
+        if task.kind is CompactionKind.BIN_PACK:
+            for group in bins_of(task.inputs, task.target_file_size):
+                written += _pack(meta, task, group)
+        else:
+            written += _merge_bucket(meta, task)
+    except BaseException:
+        _remove(meta, written)
+        raise
+    return tuple(written)
+
+
+def _options(task: CompactionTask) -> WriteOptions:
+    return WriteOptions(target_file_bytes=task.target_file_size)
+
+
+def _partition_values(
+    meta: TableMeta, task: CompactionTask
+) -> tuple[list[tuple[str, object]], int]:
+    values, bucket = meta.spec.parse(task.partition_desc)
+    return list(values.items()), -1 if bucket is None else bucket
+
+
+def _pack(meta: TableMeta, task: CompactionTask, files: Sequence[DataFile]) -> list[DataFile]:
+    """One bin: its files' rows in commit order, read under the current schema."""
+    batches = list(read_files(meta.location, files, meta.schema))
+    rows = pa.Table.from_batches(batches, schema=meta.schema)
+    values, bucket = _partition_values(meta, task)
+    return write_data_files(
+        rows,
+        meta.location,
+        partition=values,
+        bucket=bucket,
+        schema_id=meta.current_schema_id,
+        options=_options(task),
+    )
+
+
+def _merge_bucket(meta: TableMeta, task: CompactionTask) -> list[DataFile]:
+    """The bucket's runs merged into one key-sorted file (none if every key was deleted)."""
+    keep_deletes = not task.drop_deletes
+    batches = list(
+        read_merged(
+            meta.location,
+            task.inputs,
+            meta.schema,
+            meta.primary_key,
+            sequence_column=meta.sequence_column,
+            include_row_kind=keep_deletes,
+            ordered=True,
+        )
+    )
+    if not batches or sum(b.num_rows for b in batches) == 0:
+        return []
+    merged = pa.Table.from_batches(batches)
+    values, bucket = _partition_values(meta, task)
+    output = write_data_file(
+        merged,
+        meta.location,
+        partition=values,
+        bucket=bucket,
+        schema_id=meta.current_schema_id,
+        sorted_by=meta.primary_key,
+        options=_options(task),
+    )
+    return [output]
+
+
+def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
+    for file in files:
+        (Path(meta.location) / file.path).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------- landing
+
+
+def _land(table: Table, task: CompactionTask, outputs: tuple[DataFile, ...]) -> _Landing:
+    ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
+    ops += [FileOp(action=FileAction.ADD, file=f) for f in outputs]
+    commit = PartitionCommit(partition_desc=task.partition_desc, ops=tuple(ops))
+    try:
+        result = table.commit(
+            CommitOp.COMPACTION, [commit], base_version=task.base_version, key=task.key()
+        )
+    except CommitConflict as exc:  # did not land, definitely
+        _remove(table.meta, outputs)
+        if exc.kind is ConflictKind.INPUT_FILES_GONE:
+            return _Landing(OutcomeStatus.REPLAN, None, str(exc))
+        raise
+    except (CommitRejected, CatalogUnavailableError):  # did not land, definitely
+        _remove(table.meta, outputs)
+        raise
+    # CommitStateUnknown and anything unexpected propagate with the files kept: it may have
+    # landed (the key tells later), and deleting a referenced file would lose data.
+    mine = next(t for t in result.tables if t.table_id == task.table_id)
+    if result.replayed:  # an earlier run landed between our check and our commit
+        _remove(table.meta, outputs)  # ours did not land, nobody references them
+        status = OutcomeStatus.DISCARDED if mine.discarded else OutcomeStatus.ALREADY_DONE
+        return _Landing(status, mine.version, "an earlier run of this task landed first")
+    if mine.discarded:
+        return _Landing(
+            OutcomeStatus.DISCARDED,
+            None,
+            f"a compaction or update of {task.partition_desc!r} landed after version "
+            f"{task.base_version}; outputs recorded for cleanup",
+        )
+    return _Landing(OutcomeStatus.COMMITTED, mine.version)
+
+
+def _log(
+    task: CompactionTask,
+    started: float,
+    outcome: CompactionOutcome | None,
+    *,
+    error: BaseException | None = None,
+) -> None:
+    """The one line per task: what went in, what came out, how long, how it ended."""
+    fields: dict[str, object] = {
+        "table": task.table,
+        "partition": task.partition_desc,
+        "kind": task.kind.value,
+        "task_id": str(task.task_id) if task.task_id else None,
+        "base_version": task.base_version,
+        "files_in": len(task.inputs),
+        "rows_in": task.input_rows,
+        "bytes_in": task.input_bytes,
+        "duration_ms": round((time.monotonic() - started) * 1000, 1),
+    }
+    if outcome is None:
+        log.error("compaction_task", outcome="failed", error=repr(error), **fields)
+        return
+    log.info(
+        "compaction_task",
+        outcome=outcome.status.value,
+        version=outcome.version,
+        files_out=len(outcome.outputs),
+        rows_out=outcome.rows_out,
+        bytes_out=outcome.bytes_out,
+        detail=outcome.detail or None,
+        **fields,
+    )

@@ -1,0 +1,301 @@
+"""The planner's rules, one test each, and a hypothesis test against a small model of them."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog import ColumnStats, DataFile
+from catalog.meta import TableMeta
+from catalog.names import TableName
+from catalog.partitioning import PartitionSpec
+from catalog.planning import PartitionScan, ScanPlan
+from compaction.planner import pack_bins, plan_table, read_amplification
+from compaction.policy import CompactionPolicy
+from compaction.task import CompactionKind
+
+MB = 1 << 20
+POLICY = CompactionPolicy(target_file_size=100 * MB)  # small: < 70 MB; bins close at 200 MB
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.float64())])
+
+
+def meta(*, cdc: bool, properties: dict[str, str] | None = None) -> TableMeta:
+    return TableMeta(
+        table_id=uuid.UUID(int=7),
+        name=TableName("shop", "orders"),
+        location="/nowhere",
+        spec=PartitionSpec(("day",), 2 if cdc else -1),
+        primary_key=("id",) if cdc else (),
+        properties=properties or {},
+        schemas={0: SCHEMA},
+        current_schema_id=0,
+    )
+
+
+def file(name: str, size_mb: float = 1, rows: int = 10, keys: tuple[int, int] | None = None):
+    stats = {"id": ColumnStats(min=keys[0], max=keys[1])} if keys else {}
+    return DataFile(
+        path=f"{name}.parquet", size_bytes=int(size_mb * MB), row_count=rows, stats=stats
+    )
+
+
+def partition(desc: str, *files: DataFile, cdc: bool = False) -> PartitionScan:
+    return PartitionScan(desc, 3, tuple(files), merge=cdc, values={}, bucket=0 if cdc else None)
+
+
+def plan(table: TableMeta, *parts: PartitionScan, version: int = 9) -> ScanPlan:
+    return ScanPlan(table, version, parts)
+
+
+def names(files) -> list[str]:
+    return [f.path.removesuffix(".parquet") for f in files]
+
+
+APPEND = meta(cdc=False)
+CDC = meta(cdc=True)
+
+
+# ------------------------------------------------------------------------------ append rules
+
+
+def test_five_small_files_make_one_task_in_commit_order():
+    files = [file(f"f{i}", size_mb=10) for i in range(5)]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == ["f0", "f1", "f2", "f3", "f4"]
+    assert task.kind is CompactionKind.BIN_PACK
+    assert (task.table, task.table_id, task.partition_desc) == (
+        "shop.orders",
+        APPEND.table_id,
+        "day=1",
+    )
+    assert task.base_version == 9 and task.target_file_size == 100 * MB
+    assert not task.drop_deletes
+
+
+def test_large_files_are_never_inputs():
+    files = [file("big0", 90), *(file(f"s{i}", 5) for i in range(5)), file("big1", 70)]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == ["s0", "s1", "s2", "s3", "s4"]  # 70 MB is not below 70 MB
+
+
+def test_too_few_small_files_wait():
+    files = [file(f"f{i}") for i in range(4)]
+    assert plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY) == []
+
+
+def test_a_partition_idle_long_enough_is_compacted_anyway():
+    files = [file(f"f{i}") for i in range(2)]
+    table_plan = plan(APPEND, partition("day=1", *files), partition("day=2", *files))
+    tasks = plan_table(APPEND, table_plan, POLICY, idle_rounds={"day=1": 10, "day=2": 9})
+    assert [t.partition_desc for t in tasks] == ["day=1"]
+
+
+def test_force_lifts_the_wait_but_one_small_file_is_no_task():
+    table_plan = plan(
+        APPEND,
+        partition("day=1", file("a"), file("b")),
+        partition("day=2", file("c"), file("big", 99)),
+    )
+    tasks = plan_table(APPEND, table_plan, POLICY, force=True)
+    assert [(t.partition_desc, names(t.inputs)) for t in tasks] == [("day=1", ["a", "b"])]
+
+
+def test_bins_close_at_twice_the_target_and_keep_commit_order():
+    sizes = [60, 60, 60, 30, 50, 50, 50, 60, 10]  # MB, all small
+    files = [file(f"f{i}", s) for i, s in enumerate(sizes)]
+    bins = pack_bins(files, 100 * MB)
+    assert [names(b) for b in bins] == [["f0", "f1", "f2", "f3"], ["f4", "f5", "f6", "f7"]]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == [f"f{i}" for i in range(8)]  # f8 alone in its bin stays
+
+
+def test_a_bin_of_one_file_is_no_task():
+    assert pack_bins([file("only", 60)], 100 * MB) == []
+
+
+def test_one_task_per_partition_and_none_for_quiet_ones():
+    many = [file(f"f{i}", 60) for i in range(20)]  # several bins
+    table_plan = plan(APPEND, partition("day=1", *many), partition("day=2", file("x")))
+    tasks = plan_table(APPEND, table_plan, POLICY)
+    assert [t.partition_desc for t in tasks] == ["day=1"]
+    assert len(tasks[0].inputs) == 20
+
+
+def test_a_disabled_table_gets_no_task_even_when_forced():
+    files = [file(f"f{i}") for i in range(9)]
+    off = CompactionPolicy(enabled=False)
+    assert plan_table(APPEND, plan(APPEND, partition("day=1", *files)), off, force=True) == []
+
+
+# ------------------------------------------------------------------------------- CDC rules
+
+
+def test_a_bucket_with_max_sorted_runs_is_merged_whole():
+    runs = [file(f"r{i}", keys=(0, 100)) for i in range(5)]
+    [task] = plan_table(CDC, plan(CDC, partition("day=1,bucket=0000", *runs, cdc=True)), POLICY)
+    assert names(task.inputs) == ["r0", "r1", "r2", "r3", "r4"]
+    assert task.kind is CompactionKind.MERGE_BUCKET and task.drop_deletes
+
+
+def test_fewer_runs_wait_while_reads_stay_cheap():
+    base = file("base", rows=1000, keys=(0, 999))
+    runs = [base, file("u1", rows=100, keys=(0, 999)), file("u2", rows=100, keys=(0, 999))]
+    assert read_amplification(CDC, runs) == 1.2
+    assert plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY) == []
+
+
+def test_read_amplification_past_the_limit_merges():
+    runs = [file("base", rows=100, keys=(0, 99)), file("u1", rows=60, keys=(10, 500))]
+    assert read_amplification(CDC, runs) == 1.6
+    [task] = plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY)
+    assert names(task.inputs) == ["base", "u1"]
+
+
+def test_runs_of_disjoint_key_ranges_hold_distinct_keys():
+    runs = [file(f"r{i}", rows=100, keys=(i * 100, i * 100 + 99)) for i in range(4)]
+    assert read_amplification(CDC, runs) == 1.0
+    assert plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY) == []
+
+
+def test_a_run_without_key_stats_may_overlap_any():
+    runs = [
+        file("a", rows=100, keys=(0, 9)),
+        file("b", rows=100, keys=(50, 59)),
+        file("c", rows=50),
+    ]
+    assert read_amplification(CDC, runs) == 2.5
+
+
+def test_a_bucket_of_one_file_is_never_a_task():
+    one = partition("b", file("base", rows=10, keys=(0, 9)), cdc=True)
+    assert plan_table(CDC, plan(CDC, one), POLICY, force=True) == []
+
+
+def test_force_merges_every_bucket_with_more_than_one_file():
+    two = partition("b", file("a", keys=(0, 9)), file("b", keys=(100, 109)), cdc=True)
+    [task] = plan_table(CDC, plan(CDC, two), POLICY, force=True)
+    assert names(task.inputs) == ["a", "b"]
+
+
+# ------------------------------------------------------------------- the model, hypothesis
+
+
+@dataclass(frozen=True)
+class Case:
+    cdc: bool
+    partitions: dict[str, list[DataFile]]
+    idle: dict[str, int]
+    force: bool
+    policy: CompactionPolicy
+
+
+def model_bins(sizes: list[int], target: int) -> list[list[int]]:
+    """Indices of bins: the shortest prefix reaching 2 x target, again and again."""
+    bins, rest = [], list(range(len(sizes)))
+    while rest:
+        cut = next(
+            (n for n in range(1, len(rest) + 1) if sum(sizes[i] for i in rest[:n]) >= 2 * target),
+            len(rest),
+        )
+        bins.append(rest[:cut])
+        rest = rest[cut:]
+    return [b for b in bins if len(b) >= 2]
+
+
+def model_append(files: list[DataFile], idle: int, force: bool, p: CompactionPolicy) -> list[str]:
+    small = [f for f in files if f.size_bytes < p.target_file_size * p.small_file_ratio]
+    ready = force or len(small) >= p.min_file_num or idle >= p.force_after_rounds
+    if len(small) < 2 or not ready:
+        return []
+    bins = model_bins([f.size_bytes for f in small], p.target_file_size)
+    return [small[i].path for b in bins for i in b]
+
+
+def model_live(runs: list[DataFile]) -> int:
+    """Union-find over pairwise overlapping key ranges; the largest run of each group."""
+    group = list(range(len(runs)))
+
+    def find(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for i, a in enumerate(runs):
+        for j, b in enumerate(runs):
+            sa, sb = a.stats["id"], b.stats["id"]
+            if sa.min <= sb.max and sb.min <= sa.max:
+                group[find(i)] = find(j)
+    largest: dict[int, int] = {}
+    for i, run in enumerate(runs):
+        largest[find(i)] = max(largest.get(find(i), 0), run.row_count)
+    return sum(largest.values())
+
+
+def model_cdc(runs: list[DataFile], force: bool, p: CompactionPolicy) -> list[str]:
+    if len(runs) < 2:
+        return []
+    rows = sum(r.row_count for r in runs)
+    live = model_live(runs)
+    amplification = rows / live if live else 1.0
+    due = force or len(runs) >= p.max_sorted_runs or amplification > p.max_read_amplification
+    return [r.path for r in runs] if due else []
+
+
+@st.composite
+def cases(draw) -> Case:
+    cdc = draw(st.booleans())
+    policy = CompactionPolicy(
+        target_file_size=draw(st.integers(50, 200)),
+        small_file_ratio=draw(st.sampled_from([0.3, 0.7, 1.0])),
+        min_file_num=draw(st.integers(1, 6)),
+        force_after_rounds=draw(st.integers(1, 4)),
+        max_sorted_runs=draw(st.integers(1, 6)),
+        max_read_amplification=draw(st.sampled_from([1.0, 1.5, 3.0])),
+    )
+    partitions = {}
+    for p in range(draw(st.integers(0, 4))):
+        files = []
+        for i in range(draw(st.integers(0, 9))):
+            low = draw(st.integers(0, 50))
+            files.append(
+                DataFile(
+                    path=f"p{p}-f{i}.parquet",
+                    size_bytes=draw(st.integers(0, 250)),
+                    row_count=draw(st.integers(0, 40)),
+                    stats={"id": ColumnStats(min=low, max=low + draw(st.integers(0, 20)))},
+                )
+            )
+        partitions[f"day={p}"] = files
+    idle = {desc: draw(st.integers(0, 5)) for desc in partitions}
+    return Case(cdc, partitions, idle, draw(st.booleans()), policy)
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_planner_matches_the_model(case: Case):
+    table = meta(cdc=case.cdc)
+    parts = [partition(d, *fs, cdc=case.cdc) for d, fs in case.partitions.items() if fs]
+    tasks = plan_table(
+        table, plan(table, *parts), case.policy, idle_rounds=case.idle, force=case.force
+    )
+    got = {t.partition_desc: [f.path for f in t.inputs] for t in tasks}
+    assert len(got) == len(tasks), "at most one task per partition"
+    expected = {}
+    for desc, files in case.partitions.items():
+        if case.cdc:
+            inputs = model_cdc(files, case.force, case.policy)
+        else:
+            inputs = model_append(files, case.idle[desc], case.force, case.policy)
+        if inputs:
+            expected[desc] = inputs
+    assert got == expected
+    for task in tasks:
+        assert len(task.inputs) >= 2 and task.base_version == 9
+        assert task.drop_deletes is case.cdc
+        order = [f.path for f in case.partitions[task.partition_desc]]
+        positions = [order.index(f.path) for f in task.inputs]
+        assert positions == sorted(positions), "inputs keep commit order"

@@ -1,0 +1,81 @@
+"""The compactor's settings, table patterns and metrics: pure pieces of the service."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from pydantic import ValidationError
+
+from compaction.coordinator import matches
+from compaction.metrics import ServiceMetrics
+from compaction.queue import TaskResult
+from jobs.compactor_settings import CompactorSettings
+
+
+def test_settings_come_from_the_environment_and_flags_win(monkeypatch):
+    monkeypatch.setenv("LAKESTREAM_COMPACTOR_WORKERS", "5")
+    monkeypatch.setenv("LAKESTREAM_COMPACTOR_TABLES", "Shop.*, logs.events")
+    monkeypatch.setenv("LAKESTREAM_COMPACTOR_LEASE_SECONDS", "12")
+    from_env = CompactorSettings()
+    assert from_env.workers == 5 and from_env.patterns() == ["shop.*", "logs.events"]
+    assert from_env.queue().lease == dt.timedelta(seconds=12)
+    assert CompactorSettings(workers=0).workers == 0  # a flag overrides the environment
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("workers", -1), ("poll_seconds", 0), ("tables", " , "), ("metrics_port", 70000)],
+)
+def test_bad_settings_are_refused(field, value):
+    with pytest.raises(ValidationError, match=field):
+        CompactorSettings(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("name", "patterns", "served"),
+    [
+        ("shop.orders", ["*"], True),
+        ("shop.orders", ["shop.*"], True),
+        ("shop.orders", ["logs.*", "shop.ord?rs"], True),
+        ("shop.orders", ["shop.order"], False),
+        ("shopx.orders", ["shop.*"], False),
+        ("shop.orders", ["SHOP.*"], True),
+    ],
+)
+def test_tables_are_served_by_fnmatch_on_the_qualified_name(name, patterns, served):
+    assert matches(name, patterns) is served
+
+
+def result(outcome: str, expiries: int = 0) -> TaskResult:
+    return TaskResult(
+        task_id=uuid.uuid4(),
+        table="shop.orders",
+        table_id=uuid.uuid4(),
+        partition_desc="bucket=0000",
+        kind="merge-bucket",
+        outcome=outcome,
+        finished_at=dt.datetime.now(dt.UTC),
+        attempts=1 + expiries,
+        lease_expiries=expiries,
+        rows_in=100,
+        rows_out=60,
+        bytes_in=1000,
+        bytes_out=400,
+        duration_s=1.5,
+        error=None,
+    )
+
+
+def test_finished_tasks_feed_the_counters():
+    metrics = ServiceMetrics()
+    metrics.observe_finished([result("committed"), result("committed", 2), result("replan")])
+    metrics.observe_queue({"queued": 4, "running": 1})
+    text = metrics.exposition().decode()
+    assert 'lakestream_compactor_task_outcomes_total{outcome="committed"} 2.0' in text
+    assert 'lakestream_compactor_task_outcomes_total{outcome="replan"} 1.0' in text
+    assert "lakestream_compactor_lease_expiries_total 2.0" in text
+    assert 'lakestream_compactor_rows_total{direction="written"} 180.0' in text
+    assert 'lakestream_compactor_task_duration_seconds_count{kind="merge-bucket"} 3.0' in text
+    assert 'lakestream_compactor_queue_depth{state="queued"} 4.0' in text
