@@ -108,7 +108,10 @@ def _run(catalog: Catalog, task: CompactionTask) -> tuple[_Landing, tuple[DataFi
     if missing:
         return _Landing(OutcomeStatus.REPLAN, None, missing), ()
     outputs = _write(table.meta, task)
-    return _land(table, task, outputs), outputs
+    landing = _land(table, task, outputs)
+    if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
+        return landing, outputs  # live, or recorded for cleanup
+    return landing, ()  # _land deleted them
 
 
 # ---------------------------------------------------------------------------- before writing

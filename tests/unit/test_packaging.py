@@ -6,15 +6,16 @@ import fnmatch
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_sql_file_is_package_data():
+@pytest.mark.parametrize("package", ["catalog", "compaction"])
+def test_every_sql_file_is_package_data(package: str):
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["catalog"]
-    sql_files = [
-        p.relative_to(ROOT / "catalog").as_posix() for p in (ROOT / "catalog").rglob("*.sql")
-    ]
+    patterns = config["tool"]["setuptools"]["package-data"][package]
+    sql_files = [p.relative_to(ROOT / package).as_posix() for p in (ROOT / package).rglob("*.sql")]
     assert sql_files
     missing = [
         f
