@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from bench.common import median_ms, percentile_ms
+from bench.compact.phases import PHASES
 from bench.compact.steady import (
     GOAL_RATIO,
     TREND_TOLERANCE,
@@ -30,6 +31,8 @@ def render_steady(result: SteadyResult) -> list[str]:
         *checkpoint_table(result),
         "",
         *goal_lines(result),
+        "",
+        *phase_lines(result),
         "",
         *lag_lines(result),
         "",
@@ -70,6 +73,29 @@ def goal_lines(result: SteadyResult) -> list[str]:
         f"least-squares slope {slope:+.3f}x per 1,000 commits; goal no upward trend "
         f"(last third <= first third + {TREND_TOLERANCE}): **{flat}**",
     ]
+
+
+def phase_lines(result: SteadyResult) -> list[str]:
+    """The phase-timed reads of the last checkpoint (the largest table)."""
+    last = next((c for c in reversed(result.checkpoints) if c.phases), None)
+    if last is None:
+        return []
+    latest, compacted = last.phases["latest"], last.phases["compacted"]
+    lines = [
+        f"Where the reads of the last checkpoint (commit {last.commits:,}) spend their time: "
+        "phase-timed copies of both reads (bench/compact/phases.py, buckets one by one, "
+        "same alternation; medians):",
+        "",
+        "| phase | what | latest ms | compacted ms |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for phase, what in PHASES.items():
+        lines.append(f"| {phase} | {what} | {_ms(latest, phase)} | {_ms(compacted, phase)} |")
+    return lines
+
+
+def _ms(phases: dict[str, float], phase: str) -> str:
+    return f"{phases[phase]:.1f}" if phase in phases else "-"
 
 
 def lag_lines(result: SteadyResult) -> list[str]:

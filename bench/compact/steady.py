@@ -40,6 +40,7 @@ from bench.common import (
 )
 from bench.compact.compactor import CompactorProcess, CompactorUsage
 from bench.compact.lag import Compaction, Lag, Upsert, compactions, lags
+from bench.compact.phases import read_phases
 from bench.compact.server import BenchServer
 from bench.read.compact import compact
 from catalog import Catalog, CommitOp, Table
@@ -79,6 +80,8 @@ class Checkpoint:
     compacted_ms: float
     equal: bool
     load: float
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Layout ("latest", "compacted") -> phase -> median ms of the phase-timed reads."""
 
     @property
     def ratio(self) -> float:
@@ -95,6 +98,7 @@ class SteadyResult:
     lags: list[Lag] = field(default_factory=list)
     compactions: list[Compaction] = field(default_factory=list)
     usage: CompactorUsage | None = None
+    final_rows_ok: bool = False
     checks: list[str] = field(default_factory=list)
 
 
@@ -130,7 +134,8 @@ def run_steady(server: BenchServer, work: Path, args: SteadyArgs) -> SteadyResul
     result.lags = lags(upserts, result.compactions)
     final = table.scan().to_arrow()
     wanted = expected_final(batches)
-    verdict = "ok" if final.num_rows == wanted else "WRONG"
+    result.final_rows_ok = final.num_rows == wanted
+    verdict = "ok" if result.final_rows_ok else "WRONG"
     result.checks.append(f"final rows {final.num_rows:,}, expected {wanted:,}: {verdict}")
     equal = sum(c.equal for c in result.checkpoints)
     result.checks.append(
@@ -151,7 +156,9 @@ def _warm_up(catalog: Catalog, buckets: int) -> None:
 
 def _wait_for_service(catalog: Catalog, buckets: int, service: CompactorProcess) -> None:
     """Upsert a scratch table until the service compacts it: then its coordinator listens and
-    its worker claims, and the measured stream does not start before the compactor does."""
+    its worker claims, and the measured stream does not start before the compactor does. The
+    table is kept (dropping it would fail the service's tasks still queued for it); with no
+    more commits it costs the service nothing."""
     table = catalog.create_table(READY_TABLE, SCHEMA, primary_key=PRIMARY_KEY, hash_buckets=buckets)
     for batch in change_batches(6, 200, 0.5, seed=11):
         table.upsert(batch)
@@ -160,7 +167,6 @@ def _wait_for_service(catalog: Catalog, buckets: int, service: CompactorProcess)
         if not service.alive() or time.monotonic() > deadline:
             raise RuntimeError("the compactor service did not start compacting")
         time.sleep(0.2)
-    _drop(catalog, table)
 
 
 def _ingest(
@@ -211,6 +217,13 @@ def checkpoint(catalog: Catalog, table: Table, commits: int, args: SteadyArgs) -
             ("compacted", lambda: copy.scan(version=copy_version).to_arrow()),
         ]
         times = _alternate(readers, args.read_repeats)
+        phased = _alternate_phases(
+            [
+                ("latest", lambda: read_phases(table, version)),
+                ("compacted", lambda: read_phases(copy, copy_version)),
+            ],
+            args.read_repeats,
+        )
         equal = same_rows(rows, copy.scan(version=copy_version).to_arrow())
     finally:
         _drop(catalog, copy)
@@ -223,16 +236,24 @@ def checkpoint(catalog: Catalog, table: Table, commits: int, args: SteadyArgs) -
         compacted_ms=median_ms(times["compacted"]),
         equal=equal,
         load=float(load_average().split(" / ")[0]),
+        phases=phased,
     )
 
 
 def _compacted_copy(catalog: Catalog, name: str, rows: pa.Table, buckets: int) -> tuple[Table, int]:
-    """``rows`` as a table in the layout a compaction leaves (one file per bucket)."""
+    """``rows`` as a table in the layout a compaction leaves (one file per bucket).
+
+    A scan returns rows bucket by bucket, so the two upserts take every other row: each bucket
+    gets two runs, which the forced plan merges (a bucket of one run would stay a merge run).
+    """
     copy = catalog.create_table(name, SCHEMA, primary_key=PRIMARY_KEY, hash_buckets=buckets)
-    half = rows.num_rows // 2
-    copy.upsert(rows.slice(0, half))
-    copy.upsert(rows.slice(half))
-    return copy, compact(copy, copy.current_version())
+    index = np.arange(rows.num_rows)
+    copy.upsert(rows.take(index[0::2]))
+    copy.upsert(rows.take(index[1::2]))
+    version = compact(copy, copy.current_version())
+    if any(p.merge for p in copy.plan(version=version).partitions):
+        raise AssertionError(f"{name} is not fully compacted at version {version}")
+    return copy, version
 
 
 def _drop(catalog: Catalog, table: Table) -> None:
@@ -254,6 +275,22 @@ def _alternate(
             read()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def _alternate_phases(
+    readers: Sequence[tuple[str, Callable[[], dict[str, float]]]], repeats: int
+) -> dict[str, dict[str, float]]:
+    """The phase-timed reads, alternating like the whole reads; median ms per phase."""
+    seen: dict[str, dict[str, list[float]]] = {name: {} for name, _ in readers}
+    for round_ in range(repeats):
+        ordered = readers if round_ % 2 == 0 else list(reversed(readers))
+        for name, read in ordered:
+            for phase, seconds in read().items():
+                seen[name].setdefault(phase, []).append(seconds)
+    return {
+        name: {phase: median_ms(values) for phase, values in phases.items()}
+        for name, phases in seen.items()
+    }
 
 
 # ------------------------------------------------------------------------------- figures
