@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,7 +44,7 @@ from catalog import (
     TableNotFoundError,
 )
 from catalog.errors import CatalogUnavailableError
-from catalog.files.reader import read_files, read_merged
+from catalog.files.reader import read_merged, read_whole_files
 from catalog.files.writer import WriteOptions, write_data_file, write_data_files
 from catalog.meta import TableMeta
 from compaction.errors import CompactionError
@@ -70,14 +70,21 @@ class _Landing:
     detail: str = ""
 
 
-def compact(catalog: Catalog, task: CompactionTask) -> CompactionOutcome:
+def compact(
+    catalog: Catalog, task: CompactionTask, *, options: WriteOptions | None = None
+) -> CompactionOutcome:
     """Run one task: skip if task.key() already landed (ALREADY_DONE); read inputs; write outputs
     through catalog.files; commit op COMPACTION at task.base_version with key task.key();
-    COMMITTED / DISCARDED (outputs recorded for cleanup) / REPLAN (inputs gone; outputs removed
-    or recorded for cleanup). Raises only for real failures (CatalogError, IO errors)."""
+    COMMITTED / DISCARDED (outputs recorded for cleanup) / REPLAN (inputs gone, or the table was
+    dropped meanwhile; outputs removed). Raises only for real failures (CatalogError, IO errors).
+
+    ``options`` are the file writer's (compression, fsync, row groups); the target file size is
+    always the task's.
+    """
     started = time.monotonic()
+    write = replace(options or WriteOptions(), target_file_bytes=task.target_file_size)
     try:
-        landing, outputs = _run(catalog, task)
+        landing, outputs = _run(catalog, task, write)
     except Exception as exc:
         _log(task, started, None, error=exc)
         raise
@@ -97,7 +104,9 @@ def compact(catalog: Catalog, task: CompactionTask) -> CompactionOutcome:
     return outcome
 
 
-def _run(catalog: Catalog, task: CompactionTask) -> tuple[_Landing, tuple[DataFile, ...]]:
+def _run(
+    catalog: Catalog, task: CompactionTask, options: WriteOptions
+) -> tuple[_Landing, tuple[DataFile, ...]]:
     earlier = _landed_before(catalog, task)
     if earlier is not None:
         return earlier, ()
@@ -107,7 +116,7 @@ def _run(catalog: Catalog, task: CompactionTask) -> tuple[_Landing, tuple[DataFi
     missing = _check_inputs(table, task)
     if missing:
         return _Landing(OutcomeStatus.REPLAN, None, missing), ()
-    outputs = _write(table.meta, task)
+    outputs = _write(table.meta, task, options)
     landing = _land(table, task, outputs)
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
         return landing, outputs  # live, or recorded for cleanup
@@ -180,23 +189,19 @@ def _check_bucket_inputs(meta: TableMeta, task: CompactionTask, live: Sequence[s
 # ----------------------------------------------------------------------------------- writing
 
 
-def _write(meta: TableMeta, task: CompactionTask) -> tuple[DataFile, ...]:
+def _write(meta: TableMeta, task: CompactionTask, options: WriteOptions) -> tuple[DataFile, ...]:
     """The task's output files; on any failure, the ones written so far are deleted."""
     written: list[DataFile] = []
     try:
         if task.kind is CompactionKind.BIN_PACK:
             for group in bins_of(task.inputs, task.target_file_size):
-                written += _pack(meta, task, group)
+                written += _pack(meta, task, group, options)
         else:
-            written += _merge_bucket(meta, task)
+            written += _merge_bucket(meta, task, options)
     except BaseException:
         _remove(meta, written)
         raise
     return tuple(written)
-
-
-def _options(task: CompactionTask) -> WriteOptions:
-    return WriteOptions(target_file_bytes=task.target_file_size)
 
 
 def _partition_values(
@@ -206,10 +211,11 @@ def _partition_values(
     return list(values.items()), -1 if bucket is None else bucket
 
 
-def _pack(meta: TableMeta, task: CompactionTask, files: Sequence[DataFile]) -> list[DataFile]:
+def _pack(
+    meta: TableMeta, task: CompactionTask, files: Sequence[DataFile], options: WriteOptions
+) -> list[DataFile]:
     """One bin: its files' rows in commit order, read under the current schema."""
-    batches = list(read_files(meta.location, files, meta.schema))
-    rows = pa.Table.from_batches(batches, schema=meta.schema)
+    rows = read_whole_files(meta.location, files, meta.schema)
     values, bucket = _partition_values(meta, task)
     return write_data_files(
         rows,
@@ -217,11 +223,11 @@ def _pack(meta: TableMeta, task: CompactionTask, files: Sequence[DataFile]) -> l
         partition=values,
         bucket=bucket,
         schema_id=meta.current_schema_id,
-        options=_options(task),
+        options=options,
     )
 
 
-def _merge_bucket(meta: TableMeta, task: CompactionTask) -> list[DataFile]:
+def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) -> list[DataFile]:
     """The bucket's runs merged into one key-sorted file (none if every key was deleted)."""
     keep_deletes = not task.drop_deletes
     batches = list(
@@ -246,7 +252,7 @@ def _merge_bucket(meta: TableMeta, task: CompactionTask) -> list[DataFile]:
         bucket=bucket,
         schema_id=meta.current_schema_id,
         sorted_by=meta.primary_key,
-        options=_options(task),
+        options=options,
     )
     return [output]
 
@@ -272,7 +278,12 @@ def _land(table: Table, task: CompactionTask, outputs: tuple[DataFile, ...]) -> 
         if exc.kind is ConflictKind.INPUT_FILES_GONE:
             return _Landing(OutcomeStatus.REPLAN, None, str(exc))
         raise
-    except (CommitRejected, CatalogUnavailableError):  # did not land, definitely
+    except CommitRejected as exc:  # did not land, definitely
+        _remove(table.meta, outputs)
+        if exc.table == task.table and _live_table(table.catalog, task) is None:
+            return _Landing(OutcomeStatus.REPLAN, None, "the table was dropped meanwhile")
+        raise
+    except CatalogUnavailableError:  # did not land, definitely
         _remove(table.meta, outputs)
         raise
     # CommitStateUnknown and anything unexpected propagate with the files kept: it may have

@@ -15,11 +15,12 @@ from typing import Any
 
 from catalog import Catalog, Table
 from catalog.errors import InvalidPartitionError
+from catalog.files import WriteOptions
 from catalog.planning import PartitionScan
 from compaction.planner import plan_table
 from compaction.policy import ENABLED, CompactionPolicy
 from compaction.rewrite import compact
-from compaction.task import CompactionOutcome, CompactionTask
+from compaction.task import CompactionOutcome
 
 
 class UsageError(Exception):
@@ -71,9 +72,16 @@ def _outcome_json(o: CompactionOutcome) -> dict[str, Any]:
     }
 
 
-def compact_table(catalog: Catalog, name: str, partition: str | None = None) -> CompactReport:
+def compact_table(
+    catalog: Catalog,
+    name: str,
+    partition: str | None = None,
+    *,
+    options: WriteOptions | None = None,
+) -> CompactReport:
     """Plan (forced) at the current version and run every task; raises UsageError for a
-    partition the table does not have or a table whose compaction is disabled."""
+    partition the table does not have or a table whose compaction is disabled. ``options``
+    are the file writer's (the benchmarks turn fsync off)."""
     table = catalog.load_table(name)
     policy = CompactionPolicy.from_properties(table.meta.properties, table=table.name)
     if not policy.enabled:
@@ -87,11 +95,8 @@ def compact_table(catalog: Catalog, name: str, partition: str | None = None) -> 
         for task in plan_table(table.meta, plan, policy, force=True)
         if wanted is None or task.partition_desc in wanted
     ]
-    return CompactReport(table.name, plan.table_version, tuple(_run(catalog, tasks)))
-
-
-def _run(catalog: Catalog, tasks: Sequence[CompactionTask]) -> list[CompactionOutcome]:
-    return [compact(catalog, task) for task in tasks]
+    outcomes = tuple(compact(catalog, task, options=options) for task in tasks)
+    return CompactReport(table.name, plan.table_version, outcomes)
 
 
 def _wanted(

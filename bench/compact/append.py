@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ParamSpec, Protocol, TypeVar
@@ -33,7 +32,6 @@ from bench.common import SCHEMA, median_ms, payload, progress, same_rows
 from catalog import Catalog, CommitOp, DataFile, FileAction, FileOp, PartitionCommit, Table
 from catalog.files.reader import read_files
 from catalog.files.writer import WriteOptions, write_data_files
-from compaction import rewrite
 from compaction.planner import bins_of, plan_table
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionTask, OutcomeStatus
@@ -93,8 +91,8 @@ class Lakestream:
             table.append(batch)
 
     def compact(self) -> None:
-        with _write_options(fsync=self.fsync):
-            report = compact_table(self.catalog, self.table_name)
+        options = WriteOptions(fsync=self.fsync)
+        report = compact_table(self.catalog, self.table_name, options=options)
         _check_landed(self.table_name, [o.status for o in report.outcomes])
 
     def read(self) -> pa.Table:
@@ -207,29 +205,6 @@ def _write_bin(table: Table, task: CompactionTask, rows: pa.Table) -> list[DataF
 
 def _dataset_read(paths: Sequence[str], schema: pa.Schema) -> pa.Table:
     return ds.dataset(list(paths), format="parquet", schema=schema).to_table()
-
-
-@contextmanager
-def _write_options(*, fsync: bool) -> Iterator[None]:
-    """Run the routine with or without fsync of its outputs.
-
-    ``compaction.rewrite.compact`` takes no write options: its private ``_options`` always
-    fsyncs (reported as a missing hook). delta-rs never fsyncs on a local filesystem, so the
-    like-for-like row swaps ``_options`` for one with ``fsync=False`` for the call's duration.
-    """
-    if fsync:
-        yield
-        return
-    original = rewrite._options
-
-    def no_fsync(task: CompactionTask) -> WriteOptions:
-        return WriteOptions(target_file_bytes=task.target_file_size, fsync=False)
-
-    rewrite._options = no_fsync
-    try:
-        yield
-    finally:
-        rewrite._options = original
 
 
 def _check_landed(name: str, statuses: Sequence[OutcomeStatus]) -> None:

@@ -48,3 +48,22 @@ def test_connection_cut_at_the_compaction_commit(catalog_dsn, warehouse, proxy, 
         live = {f.path for f in table.plan().files}
         inputs = {f.path for f in task.inputs}
         assert files_on_disk(table) == live | inputs  # nothing else was written
+
+
+def test_a_table_dropped_while_its_compaction_is_written_ends_as_replan(catalog: Catalog):
+    # The worker's view: the inputs checked out and the outputs are on disk when the drop lands.
+    from catalog.files import WriteOptions
+    from compaction.rewrite import _land, _write
+
+    table = catalog.create_table("logs.events", pa.schema([("id", pa.int64())]))
+    for i in range(5):
+        table.append(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}))
+    [task] = plan_tasks(table)
+    outputs = _write(table.meta, task, WriteOptions(target_file_bytes=task.target_file_size))
+    written = files_on_disk(table)
+    catalog.drop_table("logs.events")
+
+    landing = _land(table, task, outputs)
+
+    assert landing.status is OutcomeStatus.REPLAN and "dropped" in landing.detail
+    assert files_on_disk(table) == written - {f.path for f in outputs}  # outputs removed
