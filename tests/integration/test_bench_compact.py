@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("deltalake")
-
 from bench.compact.append import render_append, run_append
 from bench.compact.report import render_steady
 from bench.compact.server import bench_server
