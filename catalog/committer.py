@@ -173,7 +173,7 @@ class Committer:
                         "commit_id": commit_id,
                         "commit_op": tc.op.value,
                         "descs": [p.partition_desc for p in tc.partitions],
-                        "ops": [_ops_json(p) for p in tc.partitions],
+                        "ops": "[" + ",".join(_ops_json(p) for p in tc.partitions) + "]",
                     },
                 )
 

@@ -215,7 +215,7 @@ def _pack(
     meta: TableMeta, task: CompactionTask, files: Sequence[DataFile], options: WriteOptions
 ) -> list[DataFile]:
     """One bin: its files' rows in commit order, read under the current schema."""
-    rows = read_whole_files(meta.location, files, meta.schema)
+    rows = read_whole_files(meta.location, files, meta.schema, meta.current_schema_id)
     values, bucket = _partition_values(meta, task)
     return write_data_files(
         rows,

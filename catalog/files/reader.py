@@ -33,6 +33,7 @@ newest version does not match.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from collections.abc import Collection, Generator, Iterator, Sequence
@@ -140,29 +141,33 @@ def _filter_project(
 
 
 def read_whole_files(
-    location: str | os.PathLike[str], files: Sequence[DataFile | str], schema: pa.Schema
+    location: str | os.PathLike[str],
+    files: Sequence[DataFile],
+    schema: pa.Schema,
+    schema_id: int,
 ) -> pa.Table:
     """Every row of some plain data files, in file order, as one table under ``schema``.
 
-    For rewriting files (compaction bins), where each file is read whole: every file is decoded
-    straight from its footer on a thread pool (decoding runs without the GIL), not through a
-    dataset per file, whose discovery and scanner set-up cost more than a small file's rows.
+    For rewriting files (compaction bins), where each file is read whole. Consecutive files
+    written under ``schema_id`` (the table's current schema) are read as ONE dataset with the
+    schema given, which decodes them in parallel and skips per-file discovery (a dataset per small
+    file costs more than its rows); files of older schemas are read one by one and aligned to
+    ``schema`` by the evolution rules.
     """
-    paths = [_path(location, file) for file in files]
-    workers = max(1, min(len(paths), pa.cpu_count()))
-    with ThreadPoolExecutor(workers) as pool:
-        tables = list(pool.map(lambda path: _read_whole(path, schema), paths))
+    tables: list[pa.Table] = []
+    for current, group in itertools.groupby(files, key=lambda f: f.schema_id == schema_id):
+        paths = [_path(location, file) for file in group]
+        if current:
+            tables.append(ds.dataset(paths, format="parquet", schema=schema).to_table())
+        else:
+            tables += [_read_aligned(path, schema) for path in paths]
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def _read_whole(path: str, schema: pa.Schema) -> pa.Table:
+def _read_aligned(path: str, schema: pa.Schema) -> pa.Table:
     file = pq.ParquetFile(path)
-    physical = file.schema_arrow
-    present = [n for n in schema.names if n in physical.names]
-    table = file.read(columns=present, use_threads=False)
-    if _same_columns(physical, schema):
-        return pa.Table.from_arrays(table.select(schema.names).columns, schema=schema)
-    aligned = align_to_schema(table, schema)
+    present = [n for n in schema.names if n in file.schema_arrow.names]
+    aligned = align_to_schema(file.read(columns=present), schema)
     assert isinstance(aligned, pa.Table)
     return aligned
 

@@ -66,9 +66,12 @@ JOIN data_commit_info d
   ON d.table_id = %(table_id)s AND d.partition_desc = r.pd AND d.commit_id = r.cid
 
 -- name: insert_data_commits
+-- %(ops)s is ONE JSON array holding each partition's op list, in the order of %(descs)s: a
+-- single text parameter, where a jsonb[] of large documents costs the client an escaping pass.
 INSERT INTO data_commit_info (table_id, partition_desc, commit_id, commit_op, file_ops)
-SELECT %(table_id)s, r.pd, %(commit_id)s, %(commit_op)s, r.ops
-FROM unnest(%(descs)s::text[], %(ops)s::jsonb[]) AS r(pd, ops)
+SELECT %(table_id)s, d.pd, %(commit_id)s, %(commit_op)s, o.ops
+FROM unnest(%(descs)s::text[]) WITH ORDINALITY AS d(pd, n)
+JOIN jsonb_array_elements(%(ops)s::jsonb) WITH ORDINALITY AS o(ops, n) USING (n)
 ON CONFLICT DO NOTHING
 
 -- name: set_file_ops

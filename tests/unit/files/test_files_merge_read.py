@@ -541,3 +541,24 @@ def test_unknown_columns_are_refused(tmp_path: Path, three_runs: list[DataFile])
     assert err.value.column == "nope"
     with pytest.raises(SchemaError):
         list(read_merged(tmp_path, three_runs, SCHEMA, ["id"], row_filter=[Predicate("z", "=", 1)]))
+
+
+def test_whole_files_keep_file_order_and_read_old_schemas_aligned(tmp_path: Path) -> None:
+    from catalog.files.reader import read_whole_files
+
+    old = pa.schema([("id", pa.int32())])
+    new = pa.schema([("id", pa.int64()), ("note", pa.string())])
+    files = []
+    for i in range(6):  # files 2 and 3 predate the widening and the new column
+        schema, schema_id = (old, 0) if i in (2, 3) else (new, 1)
+        rows = {"id": pa.array(range(i * 10, i * 10 + 10), schema.field("id").type)}
+        if schema_id:
+            rows["note"] = pa.array([f"n{i}"] * 10)
+        written = write_data_file(pa.table(rows, schema=schema), tmp_path, options=FAST)
+        files.append(written.model_copy(update={"schema_id": schema_id}))
+
+    table = read_whole_files(tmp_path, files, new, schema_id=1)
+
+    assert table.schema == new
+    assert table.column("id").to_pylist() == list(range(60))
+    assert table.column("note").to_pylist()[20:40] == [None] * 20
