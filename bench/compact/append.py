@@ -30,8 +30,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench.common import SCHEMA, median_ms, payload, progress, same_rows
 from catalog import Catalog, CommitOp, DataFile, FileAction, FileOp, PartitionCommit, Table
-from catalog.files.reader import read_files
+from catalog.files.reader import read_whole_files
 from catalog.files.writer import WriteOptions, write_data_files
+from catalog.meta import TableMeta
 from compaction.planner import bins_of, plan_table
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionTask, OutcomeStatus
@@ -45,7 +46,7 @@ PHASED = "lakestream, phase-timed"
 #: Phase name -> what it covers, in the order the routine runs them.
 PHASES = {
     "plan": "load the table, scan plan at the head, `plan_table(force=True)`",
-    "read": "read the inputs bin by bin (`read_files`: one `pyarrow.dataset` per file)",
+    "read": "read the inputs bin by bin (`read_whole_files`: one dataset per bin)",
     "write": "write the output (`write_data_files`: Parquet+zstd, stats, fsync, rename)",
     "commit": "the COMPACTION commit (500 deletes + 1 add, `Table.commit`)",
 }
@@ -142,7 +143,7 @@ class Phased:
         for task in tasks:
             outputs: list[DataFile] = []
             for group in bins_of(task.inputs, task.target_file_size):
-                rows = clock.run("read", _read_inputs, table.meta.location, group, table.schema)
+                rows = clock.run("read", _read_inputs, table.meta.location, group, table.meta)
                 outputs += clock.run("write", _write_bin, table, task, rows)
             ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
             ops += [FileOp(action=FileAction.ADD, file=f) for f in outputs]
@@ -184,8 +185,8 @@ def _force_plan(catalog: Catalog, name: str) -> list[CompactionTask]:
     return plan_table(table.meta, table.plan(), policy, force=True)
 
 
-def _read_inputs(location: str, files: Sequence[DataFile], schema: pa.Schema) -> pa.Table:
-    return pa.Table.from_batches(list(read_files(location, files, schema)), schema=schema)
+def _read_inputs(location: str, files: Sequence[DataFile], meta: TableMeta) -> pa.Table:
+    return read_whole_files(location, files, meta.schema, meta.current_schema_id)
 
 
 def _write_bin(table: Table, task: CompactionTask, rows: pa.Table) -> list[DataFile]:
