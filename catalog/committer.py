@@ -426,14 +426,23 @@ class _Publication:
         """The partition version the work was planned against: just before what landed since."""
         if not plan.landed:
             return plan.head
+        version = plan.landed[0].version - 1
         row = self.conn.execute(
             query("partition_version"),
             {
                 "table_id": meta.table_id,
                 "partition_desc": plan.commit.partition_desc,
-                "version": plan.landed[0].version - 1,
+                "version": version,
             },
         ).fetchone()
+        if row is None and version >= 1:
+            # snapshot expiry removed the base: the work was planned below the table's horizon
+            raise CommitConflict(
+                kind=ConflictKind.INPUT_FILES_GONE,
+                table=str(meta.name),
+                partition_desc=plan.commit.partition_desc,
+                actual_version=plan.head.version if plan.head else None,
+            )
         return head_from_row(row) if row else None
 
     def _apply(
