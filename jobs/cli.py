@@ -353,11 +353,28 @@ def compactor_status(
         )
         if s.error:
             typer.echo(f"    error: {s.error}")
+        if s.maintenance is not None:
+            typer.echo(f"    maintenance: {_maintenance_line(s.maintenance)}")
         for t in s.running:
             typer.echo(
                 f"    running {t.partition_desc} on {t.worker_id} for {t.running_s or 0:.0f}s "
                 f"(lease {t.lease_left_s or 0:.0f}s left, attempt {t.attempts})"
             )
+
+
+def _maintenance_line(m: Any) -> str:
+    """``lakestream compactor status``: a table's last maintenance run and the next one."""
+    r = m.last_report or {}
+    last = "not run yet"
+    if m.last_finished_at is not None:
+        last = (
+            f"last {m.last_finished_at:%Y-%m-%d %H:%M:%S}: expired {r.get('versions_expired', 0)} "
+            f"version(s) (oldest kept {r.get('oldest_version', '-')}), dropped "
+            f"{r.get('ttl_partitions_dropped', 0)} partition(s), deleted "
+            f"{r.get('files_deleted', 0)} file(s)"
+        )
+    error = f"; error: {m.last_error}" if m.last_error else ""
+    return f"{last}; next {m.next_at:%Y-%m-%d %H:%M:%S}; runs {m.runs}{error}"
 
 
 def _compactor_settings(
