@@ -34,4 +34,4 @@ def format_duration(value: dt.timedelta) -> str:
         size = _UNITS[unit]
         if seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
