@@ -526,8 +526,10 @@ class Table:
         base_version: int | None = None,
         key: IdempotencyKey | None = None,
         source_offsets: dict[str, object] | None = None,
+        record_progress: bool = True,
     ) -> CommitResult:
-        """Commit file operations to this table (the low-level API; see Catalog.commit)."""
+        """Commit file operations to this table (the low-level API; see Catalog.commit).
+        ``record_progress=False``: a one-off writer that keeps no progress row."""
         request = CommitRequest(
             tables=(
                 TableCommit(
@@ -536,6 +538,7 @@ class Table:
             ),
             key=key or IdempotencyKey.anonymous(),
             source_offsets=source_offsets,
+            record_progress=record_progress,
         )
         return self.catalog.commit(request, known={self.name: self.meta})
 

@@ -600,7 +600,9 @@ class _Publication:
             "table_ids": sorted(t.table_id for t in result.tables),
         }
         self.conn.execute(query("insert_commit_key"), params)
-        if self.request.progress_key is None and key.is_anonymous:
+        if not self.request.record_progress or (
+            self.request.progress_key is None and key.is_anonymous
+        ):
             return  # nobody can ask for the progress of a one-off writer: keep no row for it
         progress = {**params, "writer_id": self.request.progress_key or key.writer_id}
         self.conn.execute(query("upsert_writer_progress"), progress)

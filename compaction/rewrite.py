@@ -268,7 +268,11 @@ def _land(table: Table, task: CompactionTask, outputs: tuple[DataFile, ...]) -> 
     commit = PartitionCommit(partition_desc=task.partition_desc, ops=tuple(ops))
     try:
         result = table.commit(
-            CommitOp.COMPACTION, [commit], base_version=task.base_version, key=task.key()
+            CommitOp.COMPACTION,
+            [commit],
+            base_version=task.base_version,
+            key=task.key(),
+            record_progress=False,  # a task is a one-off writer: see CommitRequest
         )
     except CommitConflict as exc:  # did not land, definitely
         _remove(table.meta, outputs)
