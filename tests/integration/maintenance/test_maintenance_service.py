@@ -38,7 +38,7 @@ def daily(catalog: Catalog, name: str, properties: dict[str, str]):
 
 def test_a_due_table_gets_ttl_expiry_and_vacuum_once_per_interval(catalog: Catalog):
     table = daily(catalog, "logs.daily", AGGRESSIVE)
-    daily(catalog, "logs.off", {**AGGRESSIVE, "maintenance.enabled": "false"})
+    off = daily(catalog, "logs.off", {**AGGRESSIVE, "maintenance.enabled": "false"})
     daily(catalog, "other.unserved", AGGRESSIVE)
     metrics = ServiceMetrics()
     scheduler = MaintenanceScheduler(
@@ -48,9 +48,20 @@ def test_a_due_table_gets_ttl_expiry_and_vacuum_once_per_interval(catalog: Catal
         MaintenanceSettings(interval=dt.timedelta(hours=1)),
         on_run=lambda run: metrics.observe_maintenance(run.figures()),
     )
+    # first runs are spread over the interval: one table now, the other half an hour on
     first = scheduler.run_due()
-    assert [r.table for r in first] == ["logs.daily"]  # the other first run is half an hour on
-    [run] = first
+    smallest = min([table, off], key=lambda t: t.meta.table_id)
+    assert [r.table for r in first] == [smallest.name]
+    catalog.store.fetch_all(  # half an hour passes
+        "UPDATE maintenance_schedule SET next_at = next_at - interval '31 minutes' WHERE runs = 0 "
+        "RETURNING 1",
+        {},
+    )
+    runs = {r.table: r for r in first + scheduler.run_due()}
+    assert sorted(runs) == ["logs.daily", "logs.off"]
+    assert runs["logs.off"].skipped == "maintenance.enabled=false"
+    assert off.current_version() == 6
+    run = runs["logs.daily"]
     assert not run.errors, run.errors
     assert run.ttl is not None and run.ttl.partitions_dropped == 1
     assert run.expiry is not None and run.expiry.horizon == table.current_version() - 1
@@ -64,6 +75,7 @@ def test_a_due_table_gets_ttl_expiry_and_vacuum_once_per_interval(catalog: Catal
     assert status.next_at > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=59)
     text = metrics.exposition().decode()
     assert 'lakestream_compactor_maintenance_runs_total{outcome="ok"} 1.0' in text
+    assert 'lakestream_compactor_maintenance_runs_total{outcome="skipped"} 1.0' in text
     assert 'lakestream_compactor_maintenance_total{what="partitions_dropped"} 1.0' in text
 
 
