@@ -28,6 +28,7 @@ from catalog.errors import (
     CommitConflict,
     ConflictKind,
     InvalidNameError,
+    MaintenanceConfigError,
     NamespaceNotEmptyError,
     SchemaError,
     TableAlreadyExistsError,
@@ -35,6 +36,10 @@ from catalog.errors import (
     VersionNotFoundError,
 )
 from catalog.files.writer import WriteOptions
+from catalog.maintenance.expiry import ExpiryReport, check_horizon, expire_versions
+from catalog.maintenance.policy import MaintenancePolicy, check_retain_last, ttl_column
+from catalog.maintenance.ttl import TtlReport, drop_expired_partitions
+from catalog.maintenance.vacuum import Vacuum, VacuumReport
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
 from catalog.model import (
     UNAWARE_BUCKET,
@@ -441,23 +446,31 @@ class Table:
         return int(row["version"])
 
     def resolve_version(self, version: int | None = None, as_of: dt.datetime | None = None) -> int:
-        """The table version a read at ``version`` / ``as_of`` (default: latest) sees."""
+        """The table version a read at ``version`` / ``as_of`` (default: latest) sees.
+
+        Below the expiry horizon (see :meth:`expire_versions`) it raises
+        :class:`VersionExpiredError` naming the oldest version kept."""
         if version is not None and as_of is not None:
             raise ValueError("give version or as_of, not both")
         latest = self.current_version()
         if version is not None:
             if not 0 <= version <= latest:
                 raise VersionNotFoundError(f"{self.name} has versions 0..{latest}, not {version}")
+            self._check_horizon(version, f"version {version}")
             return version
         if as_of is not None:
             at = as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.UTC)
             row = self.catalog.store.fetch_one(
                 query("version_at_time"), {"table_id": self.meta.table_id, "at": at}
             )
-            if row is None:
-                return 0  # before the first commit: the empty table
-            return int(row["version"])
+            found = int(row["version"]) if row is not None else 0
+            self._check_horizon(found, f"time {at.isoformat()}")
+            return found
         return latest
+
+    def _check_horizon(self, version: int, asked: str) -> None:
+        with self.catalog.store.connection() as conn, translate_errors():
+            check_horizon(conn, self.meta, version, asked)
 
     def plan(
         self,
@@ -469,7 +482,11 @@ class Table:
     ) -> ScanPlan:
         """Which files a read of this table at a version sees, partition by partition."""
         table_version = self.resolve_version(version, as_of)
-        with self.catalog.store.connection() as conn, translate_errors():
+        with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
+            # one snapshot for the horizon and every row read, so a concurrent expiry either
+            # shows its horizon (error) or none of its removals (see catalog.maintenance.expiry)
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            check_horizon(conn, self.meta, table_version, f"version {table_version}")
             if partitions is not None:
                 found = partition_heads(conn, self.meta.table_id, partitions, table_version)
                 heads = [h for h in found.values() if h is not None]
@@ -509,8 +526,10 @@ class Table:
         base_version: int | None = None,
         key: IdempotencyKey | None = None,
         source_offsets: dict[str, object] | None = None,
+        record_progress: bool = True,
     ) -> CommitResult:
-        """Commit file operations to this table (the low-level API; see Catalog.commit)."""
+        """Commit file operations to this table (the low-level API; see Catalog.commit).
+        ``record_progress=False``: a one-off writer that keeps no progress row."""
         request = CommitRequest(
             tables=(
                 TableCommit(
@@ -519,6 +538,7 @@ class Table:
             ),
             key=key or IdempotencyKey.anonymous(),
             source_offsets=source_offsets,
+            record_progress=record_progress,
         )
         return self.catalog.commit(request, known={self.name: self.meta})
 
@@ -704,6 +724,71 @@ class Table:
                 f"column {name!r} is not in {self.name}", table=self.name, column=name
             )
         return int(index)
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def expire_versions(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        retain_last: int | None = None,
+        keep: int | None = None,
+        dry_run: bool = False,
+    ) -> ExpiryReport:
+        """Expire versions older than ``older_than`` beyond the newest ``retain_last`` (defaults:
+        the ``snapshot.time-retained`` / ``snapshot.retain-last`` properties, 7d / 100).
+
+        Never the latest version, ``keep`` or newer, a writer's last idempotency key, or a
+        prepared commit's rows. Files only expired versions used are handed to cleanup;
+        :meth:`vacuum` deletes them. Time travel below the new horizon then raises
+        :class:`VersionExpiredError`. See :mod:`catalog.maintenance.expiry`."""
+        self.refresh()
+        policy = MaintenancePolicy.of(self.meta)
+        if older_than is not None and older_than < dt.timedelta(0):
+            raise MaintenanceConfigError("older_than must not be negative", table=self.name)
+        last = policy.retain_last if retain_last is None else retain_last
+        return expire_versions(
+            self.catalog.store,
+            self.meta,
+            older_than=policy.time_retained if older_than is None else older_than,
+            retain_last=check_retain_last(last, self.name, "retain_last"),
+            keep=keep,
+            dry_run=dry_run,
+        )
+
+    def vacuum(
+        self, *, older_than: dt.timedelta | None = None, dry_run: bool = False
+    ) -> VacuumReport:
+        """Delete files handed to cleanup and orphan files, older than ``older_than`` (default:
+        the ``vacuum.older-than`` property, 1h), that no retained version and no prepared commit
+        names. See :mod:`catalog.maintenance.vacuum` for why concurrent commits are safe."""
+        self.refresh()
+        threshold = MaintenancePolicy.of(self.meta).vacuum_older_than
+        if older_than is not None and older_than < dt.timedelta(0):
+            raise MaintenanceConfigError("older_than must not be negative", table=self.name)
+        return Vacuum(
+            self.catalog.store,
+            self.meta,
+            older_than=threshold if older_than is None else older_than,
+        ).run(dry_run=dry_run)
+
+    def drop_expired_partitions(
+        self,
+        *,
+        ttl: dt.timedelta | None = None,
+        now: dt.datetime | None = None,
+        dry_run: bool = False,
+    ) -> TtlReport | None:
+        """Drop the partitions older than ``ttl`` (default: the ``partition.ttl`` property) in
+        one ``update`` commit; None when the table has no TTL."""
+        self.refresh()
+        policy = MaintenancePolicy.of(self.meta)
+        window = ttl if ttl is not None else policy.partition_ttl
+        if window is None:
+            return None
+        return drop_expired_partitions(
+            self, ttl=window, column=ttl_column(self.meta), now=now, dry_run=dry_run
+        )
 
     def describe(self) -> dict[str, Any]:
         meta = self.meta

@@ -426,14 +426,23 @@ class _Publication:
         """The partition version the work was planned against: just before what landed since."""
         if not plan.landed:
             return plan.head
+        version = plan.landed[0].version - 1
         row = self.conn.execute(
             query("partition_version"),
             {
                 "table_id": meta.table_id,
                 "partition_desc": plan.commit.partition_desc,
-                "version": plan.landed[0].version - 1,
+                "version": version,
             },
         ).fetchone()
+        if row is None and version >= 1:
+            # snapshot expiry removed the base: the work was planned below the table's horizon
+            raise CommitConflict(
+                kind=ConflictKind.INPUT_FILES_GONE,
+                table=str(meta.name),
+                partition_desc=plan.commit.partition_desc,
+                actual_version=plan.head.version if plan.head else None,
+            )
         return head_from_row(row) if row else None
 
     def _apply(
@@ -591,7 +600,9 @@ class _Publication:
             "table_ids": sorted(t.table_id for t in result.tables),
         }
         self.conn.execute(query("insert_commit_key"), params)
-        if self.request.progress_key is None and key.is_anonymous:
+        if not self.request.record_progress or (
+            self.request.progress_key is None and key.is_anonymous
+        ):
             return  # nobody can ask for the progress of a one-off writer: keep no row for it
         progress = {**params, "writer_id": self.request.progress_key or key.writer_id}
         self.conn.execute(query("upsert_writer_progress"), progress)

@@ -11,6 +11,7 @@ without reading message text:
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from enum import StrEnum
 
@@ -134,3 +135,29 @@ class CommitStateUnknown(CommitError):
         super().__init__(message)
         self.writer_id = writer_id
         self.batch_id = batch_id
+
+
+class VersionExpiredError(VersionNotFoundError):
+    """A time-travel read before the table's expiry horizon: those versions were expired."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str,
+        oldest_version: int,
+        oldest_committed_at: dt.datetime,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.oldest_version = oldest_version
+        self.oldest_committed_at = oldest_committed_at
+
+
+class MaintenanceConfigError(CatalogError, ValueError):
+    """A maintenance setting (table property or argument) with a value that cannot work."""
+
+    def __init__(self, message: str, *, table: str | None = None, setting: str | None = None):
+        super().__init__(message)
+        self.table = table
+        self.setting = setting

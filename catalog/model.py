@@ -161,6 +161,10 @@ class CommitRequest(_Frozen):
     #: Under which name the progress is stored (default: the key's writer id). A streaming job
     #: keeps one name for its progress while its keys change with each checkpoint incarnation.
     progress_key: str | None = None
+    #: Whether the commit is the writer's progress (``writer_progress``). A one-off writer (a
+    #: compaction task) says no: nobody resumes from it, and a progress row would pin its
+    #: idempotency key against snapshot expiry forever.
+    record_progress: bool = True
 
 
 class TableCommitResult(_Frozen):

@@ -91,6 +91,19 @@ class ServiceMetrics:
         self.workers_alive = Gauge(
             "lakestream_compactor_workers_alive", "Worker processes of this service", registry=r
         )
+        self.maintenance_runs = Counter(
+            "lakestream_compactor_maintenance_runs",
+            "Table maintenance runs (TTL, expiry, vacuum) by outcome (ok, failed, skipped)",
+            ["outcome"],
+            registry=r,
+        )
+        self.maintenance_figures = Counter(
+            "lakestream_compactor_maintenance",
+            "What maintenance removed: versions_expired, partitions_dropped, files_deleted, "
+            "bytes_deleted, commit_rows_removed",
+            ["what"],
+            registry=r,
+        )
 
     def observe_finished(self, results: Iterable[TaskResult]) -> None:
         for t in results:
@@ -102,6 +115,19 @@ class ServiceMetrics:
             self.rows.labels("written").inc(t.rows_out)
             if t.lease_expiries:
                 self.lease_expiries.inc(t.lease_expiries)
+
+    def observe_maintenance(self, figures: Mapping[str, Any]) -> None:
+        """One table's maintenance run (:meth:`compaction.maintenance.MaintenanceRun.figures`)."""
+        outcome = "failed" if figures.get("errors") else "skipped" if "skipped" in figures else "ok"
+        self.maintenance_runs.labels(outcome).inc()
+        for what, key in (
+            ("versions_expired", "versions_expired"),
+            ("partitions_dropped", "ttl_partitions_dropped"),
+            ("files_deleted", "files_deleted"),
+            ("bytes_deleted", "bytes_deleted"),
+            ("commit_rows_removed", "commit_rows_removed"),
+        ):
+            self.maintenance_figures.labels(what).inc(int(figures.get(key) or 0))
 
     def observe_queue(self, depth: Mapping[str, int]) -> None:
         for state, n in depth.items():

@@ -43,7 +43,7 @@ from catalog import (
     Table,
     TableNotFoundError,
 )
-from catalog.errors import CatalogUnavailableError
+from catalog.errors import CatalogUnavailableError, VersionExpiredError
 from catalog.files.reader import read_merged, read_whole_files
 from catalog.files.writer import WriteOptions, write_data_file, write_data_files
 from catalog.meta import TableMeta
@@ -154,7 +154,10 @@ def _check_inputs(table: Table, task: CompactionTask) -> str:
     a task no snapshot could justify (see :func:`_check_bucket_inputs`)."""
     if not task.inputs:
         raise InvalidTaskError(task, "a task needs inputs")
-    plan = table.plan(version=task.base_version, partitions=[task.partition_desc])
+    try:
+        plan = table.plan(version=task.base_version, partitions=[task.partition_desc])
+    except VersionExpiredError as exc:  # planned before an expiry moved the horizon past it
+        return str(exc)
     live = [f.path for part in plan.partitions for f in part.files]
     gone = [f.path for f in task.inputs if f.path not in live]
     if gone:
@@ -271,7 +274,11 @@ def _land(table: Table, task: CompactionTask, outputs: tuple[DataFile, ...]) -> 
     commit = PartitionCommit(partition_desc=task.partition_desc, ops=tuple(ops))
     try:
         result = table.commit(
-            CommitOp.COMPACTION, [commit], base_version=task.base_version, key=task.key()
+            CommitOp.COMPACTION,
+            [commit],
+            base_version=task.base_version,
+            key=task.key(),
+            record_progress=False,  # a task is a one-off writer: see CommitRequest
         )
     except CommitConflict as exc:  # did not land, definitely
         _remove(table.meta, outputs)

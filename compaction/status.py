@@ -15,6 +15,7 @@ from catalog import Catalog, CatalogError
 from compaction.backlog import backlog
 from compaction.coordinator import matches
 from compaction.errors import CompactionError
+from compaction.maintenance import ScheduleStatus, schedule_status
 from compaction.policy import CompactionPolicy
 from compaction.queue import LiveTask, TaskQueue, TaskResult
 
@@ -32,9 +33,12 @@ class TableStatus:
     last_results: list[TaskResult] = field(default_factory=list)
     error: str | None = None
     """Why the figures are missing (e.g. a compaction property with a bad value)."""
+    maintenance: ScheduleStatus | None = None
+    """The table's maintenance schedule and last run (None: the service has not served it)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["maintenance"] = self.maintenance.to_json() if self.maintenance else None
         out["running"] = [
             {
                 "task_id": str(t.task_id),
@@ -77,9 +81,9 @@ def collect_status(
     for result in queue.recent_results(per_table=results_per_table):
         results[str(result.table_id)].append(result)
     found = []
-    for head in catalog.table_heads():
-        if not matches(head.name, patterns):
-            continue
+    heads = [h for h in catalog.table_heads() if matches(h.name, patterns)]
+    schedules = schedule_status(catalog, [h.table_id for h in heads])
+    for head in heads:
         key = str(head.table_id)
         tasks = live.get(key, [])
         common: dict[str, Any] = {
@@ -88,6 +92,7 @@ def collect_status(
             "queued": sum(t.state == "queued" for t in tasks),
             "running": [t for t in tasks if t.state == "running"],
             "last_results": results.get(key, []),
+            "maintenance": schedules.get(head.table_id),
         }
         try:
             table = catalog.load_table(head.name)

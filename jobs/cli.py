@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -155,6 +155,97 @@ def tables_compact(
         typer.echo("\n".join(report.lines()))
 
 
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="say what it would do; change nothing")
+]
+
+
+@tables_app.command("expire")
+def tables_expire(
+    table: str,
+    *,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than", help="expire versions older than this, e.g. 7d (snapshot.time-retained)"
+        ),
+    ] = None,
+    retain_last: Annotated[
+        str | None,
+        typer.Option(
+            "--retain-last", help="always keep this many newest versions (snapshot.retain-last)"
+        ),
+    ] = None,
+    dry_run: DryRunOption = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Snapshot expiry: remove old versions and the catalog rows only they need.
+
+    Exit codes: 0 done, 1 a runtime failure (no such table, catalog error), 2 a bad argument or
+    table property."""
+    from jobs import table_maintenance as tm
+
+    report = _maintenance(
+        dsn, table, lambda cat: tm.expire(cat, table, older_than, retain_last, dry_run)
+    )
+    _print_report(report, tm.expire_lines(report), as_json)
+
+
+@tables_app.command("vacuum")
+def tables_vacuum(
+    table: str,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than", help="only files older than this, e.g. 1h (vacuum.older-than)"
+        ),
+    ] = None,
+    dry_run: DryRunOption = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete files handed to cleanup and orphan files no retained version or prepared commit
+    names. Exit codes as for expire."""
+    from jobs import table_maintenance as tm
+
+    report = _maintenance(dsn, table, lambda cat: tm.vacuum(cat, table, older_than, dry_run))
+    _print_report(report, tm.vacuum_lines(report), as_json)
+
+
+@tables_app.command("ttl")
+def tables_ttl(
+    table: str, dry_run: DryRunOption = False, dsn: DsnOption = None, as_json: JsonOption = False
+) -> None:
+    """Drop the partitions older than the table's partition.ttl in one update commit."""
+    from jobs import table_maintenance as tm
+
+    report = _maintenance(dsn, table, lambda cat: tm.ttl(cat, table, dry_run))
+    _print_report(report, tm.ttl_lines(report), as_json)
+
+
+def _maintenance(dsn: str | None, table: str, action: Callable[[Catalog], T]) -> T:
+    """A bad argument or property: one line, exit 2; a runtime failure: one line, exit 1."""
+    from jobs.table_maintenance import UsageError
+
+    with _connect(dsn) as cat:
+        try:
+            return action(cat)
+        except UsageError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        except (CatalogError, OSError) as exc:
+            typer.echo(f"error: {table}: {exc}", err=True)
+            raise typer.Exit(1) from exc
+
+
+def _print_report(report: Any, lines: list[str], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2, default=str))
+    else:
+        typer.echo("\n".join(lines))
+
+
 def _guard(action: Callable[[], T]) -> T:
     """Run a catalog action; a catalog error becomes a one-line message and exit code 1."""
     try:
@@ -262,11 +353,28 @@ def compactor_status(
         )
         if s.error:
             typer.echo(f"    error: {s.error}")
+        if s.maintenance is not None:
+            typer.echo(f"    maintenance: {_maintenance_line(s.maintenance)}")
         for t in s.running:
             typer.echo(
                 f"    running {t.partition_desc} on {t.worker_id} for {t.running_s or 0:.0f}s "
                 f"(lease {t.lease_left_s or 0:.0f}s left, attempt {t.attempts})"
             )
+
+
+def _maintenance_line(m: Any) -> str:
+    """``lakestream compactor status``: a table's last maintenance run and the next one."""
+    r = m.last_report or {}
+    last = "not run yet"
+    if m.last_finished_at is not None:
+        last = (
+            f"last {m.last_finished_at:%Y-%m-%d %H:%M:%S}: expired {r.get('versions_expired', 0)} "
+            f"version(s) (oldest kept {r.get('oldest_version', '-')}), dropped "
+            f"{r.get('ttl_partitions_dropped', 0)} partition(s), deleted "
+            f"{r.get('files_deleted', 0)} file(s)"
+        )
+    error = f"; error: {m.last_error}" if m.last_error else ""
+    return f"{last}; next {m.next_at:%Y-%m-%d %H:%M:%S}; runs {m.runs}{error}"
 
 
 def _compactor_settings(

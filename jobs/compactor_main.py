@@ -23,6 +23,7 @@ from catalog import Catalog
 from compaction.coordinator import Coordinator
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
+from compaction.maintenance import MaintenanceScheduler
 from compaction.metrics import MetricsServer, ServiceMetrics
 from compaction.queue import TASK_CHANNEL, TaskQueue
 from compaction.service import CoordinatorLoop
@@ -175,6 +176,13 @@ def run_service(
             stop=stop,
             workers_alive=pool.alive,
         )
+        maintenance = MaintenanceScheduler(
+            catalog,
+            queue,
+            settings.patterns(),
+            settings.maintenance_settings(),
+            on_run=lambda run: metrics.observe_maintenance(run.figures()),
+        )
         server = _metrics_server(settings, loop)
         log.info(
             "compactor_started",
@@ -185,10 +193,13 @@ def run_service(
         )
         try:
             if once:
-                return _once(loop, pool, catalog, queue, settings)
+                code = _once(loop, pool, catalog, queue, settings)
+                maintenance.run_due()
+                return code
             pool.start()
             while not stop.is_set():
                 loop.run_round()
+                maintenance.run_due()
                 pool.replace_dead()
                 loop.wait_for_work()
             return EXIT_OK

@@ -12,6 +12,7 @@ import datetime as dt
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from compaction.maintenance import MaintenanceSettings
 from compaction.queue import QueueSettings
 from compaction.service import LoopSettings
 from compaction.worker import WorkerSettings
@@ -40,6 +41,12 @@ class CompactorSettings(BaseSettings):
     """How often an idle worker asks the queue for work."""
     keep_finished: int = Field(default=10, ge=1)
     """Finished tasks kept per partition for status (older ones are pruned)."""
+    maintenance: bool = True
+    """Run table maintenance (partition TTL, snapshot expiry, vacuum) on a schedule."""
+    maintenance_interval_seconds: float = Field(default=600.0, gt=0)
+    """Each served table's maintenance runs this often (first runs spread over it)."""
+    maintenance_tables_per_round: int = Field(default=5, ge=1)
+    """At most this many tables' maintenance per coordinator round."""
 
     @field_validator("tables")
     @classmethod
@@ -61,6 +68,13 @@ class CompactorSettings(BaseSettings):
     def worker(self, *, drain: bool = False) -> WorkerSettings:
         return WorkerSettings(
             idle_sleep=self.idle_sleep_seconds, grace=self.grace_seconds, drain=drain
+        )
+
+    def maintenance_settings(self) -> MaintenanceSettings:
+        return MaintenanceSettings(
+            enabled=self.maintenance,
+            interval=dt.timedelta(seconds=self.maintenance_interval_seconds),
+            tables_per_round=self.maintenance_tables_per_round,
         )
 
     def loop(self) -> LoopSettings:
