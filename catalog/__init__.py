@@ -4,6 +4,7 @@ Never imports pyspark: Spark, the compactor and plain Python programs all use it
 """
 
 from catalog.catalog import Catalog, Table, Transaction, VersionInfo, WriterProgress
+from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
     CommitConflict,
@@ -48,6 +49,8 @@ __all__ = [
     "PartitionCommit",
     "RetryPolicy",
     "SchemaError",
+    "StatementError",
+    "StatementResult",
     "StoreSettings",
     "Table",
     "TableCommit",

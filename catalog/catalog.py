@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 
 from catalog import schemas
 from catalog.committer import Committer
+from catalog.dml import StatementResult, WhereSpec, run_statement
 from catalog.errors import (
     CatalogError,
     CommitConflict,
@@ -596,14 +597,68 @@ class Table:
 
         return self._commit_rebasing(stage, key, depends_on_state=moves)
 
+    @overload
     def delete(
         self,
         keys: pa.Table,
         *,
         key: IdempotencyKey | None = None,
         options: WriteOptions | None = None,
+    ) -> CommitResult: ...
+
+    @overload
+    def delete(
+        self,
+        *,
+        where: WhereSpec,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> StatementResult: ...
+
+    def delete(
+        self,
+        keys: pa.Table | None = None,
+        *,
+        where: WhereSpec | None = None,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> CommitResult | StatementResult:
+        """Delete rows by primary key (``keys``, CDC tables; partition columns are looked up
+        when not given), or every row matching ``where`` (both table kinds, one commit; see
+        :mod:`catalog.dml`)."""
+        if (keys is None) == (where is None):
+            raise TypeError("delete() takes keys (a pyarrow Table) or where=..., not both")
+        if where is not None:
+            return run_statement(self, where, None, key=key, options=options, retry=retry)
+        assert keys is not None
+        return self._delete_keys(keys, key=key, options=options)
+
+    def update(
+        self,
+        *,
+        where: WhereSpec,
+        set: Mapping[str, object],
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> StatementResult:
+        """Set columns of every row matching ``where`` (both table kinds, one commit).
+
+        Append tables rewrite the files holding matches (an ``update`` commit); CDC tables
+        write the matching keys' new rows as a merge run. A statement that loses to a
+        concurrent append or merge is evaluated again on the new version (see
+        :mod:`catalog.dml`)."""
+        return run_statement(self, where, set, key=key, options=options, retry=retry)
+
+    def _delete_keys(
+        self,
+        keys: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
     ) -> CommitResult:
-        """Delete rows by primary key; partition columns are looked up when not given."""
         self.refresh()
         lookup = not set(self.meta.spec.columns) <= set(keys.column_names)
 

@@ -121,10 +121,12 @@ class Committer:
             try:
                 result = self._prepare_and_publish(request, metas, commit_id)
                 return result.model_copy(update={"attempts": attempt})
-            except (CommitConflict, CommitRejected):
+            except (CommitConflict, CommitRejected) as exc:
                 # definitely not landed: the caller may commit the same files again, so the
                 # prepared rows must not survive to call them leftovers
                 self._forget_prepared(request, metas, commit_id)
+                if isinstance(exc, CommitConflict):
+                    _log_conflict(request, exc)
                 raise
             except _CommitSent as exc:
                 unknown, last_error = True, exc.cause
@@ -606,6 +608,21 @@ class _Publication:
             return  # nobody can ask for the progress of a one-off writer: keep no row for it
         progress = {**params, "writer_id": self.request.progress_key or key.writer_id}
         self.conn.execute(query("upsert_writer_progress"), progress)
+
+
+def _log_conflict(request: CommitRequest, exc: CommitConflict) -> None:
+    """One line per lost commit: who lost, against which version, to what."""
+    log.info(
+        "commit_conflict",
+        kind=exc.kind.value,
+        table=exc.table,
+        partition=exc.partition_desc,
+        writer_id=request.key.writer_id,
+        batch_id=request.key.batch_id,
+        expected_version=exc.expected_version,
+        actual_version=exc.actual_version,
+        winning_op=exc.winning_op,
+    )
 
 
 def _find_key(conn: psycopg.Connection[DictRow], key: IdempotencyKey) -> CommitResult | None:

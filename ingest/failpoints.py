@@ -11,7 +11,8 @@ only from code, never from configuration files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ingest.errors import IngestError
@@ -31,9 +32,15 @@ class FailAt:
     point: Failpoint
     batch: int = 0
     """Which batch of this run trips it (0: the first batch the run processes)."""
+    action: Callable[[], None] | None = field(default=None, compare=False)
+    """Run this at the point instead of failing: a race test lands a concurrent commit (a
+    batch UPDATE, say) exactly between a batch's files and its commit."""
 
     def trip(self, point: Failpoint, batch_of_run: int = 0) -> None:
         if point is self.point and batch_of_run == self.batch:
+            if self.action is not None:
+                self.action()
+                return
             raise InjectedFault(point, batch_of_run)
 
 

@@ -23,7 +23,9 @@ app = typer.Typer(
     no_args_is_help=True, help="lakestream: streaming ingestion into lakehouse tables"
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="Create and migrate the catalog database.")
-tables_app = typer.Typer(no_args_is_help=True, help="Inspect and compact tables.")
+tables_app = typer.Typer(
+    no_args_is_help=True, help="Inspect, compact, maintain, and delete or update rows of tables."
+)
 compactor_app = typer.Typer(
     no_args_is_help=True,
     help="The compactor service: keeps tables free of small files and sorted runs.",
@@ -244,6 +246,55 @@ def _print_report(report: Any, lines: list[str], as_json: bool) -> None:
         typer.echo(json.dumps(report.to_json(), indent=2, default=str))
     else:
         typer.echo("\n".join(lines))
+
+
+WhereOption = Annotated[
+    str,
+    typer.Option(
+        "--where",
+        help="which rows: \"region = 'eu' AND total > 10\" (= != <> < <= > >=, IN (...), "
+        "IS [NOT] NULL, joined by AND)",
+    ),
+]
+
+
+@tables_app.command("delete")
+def tables_delete(
+    table: str, where: WhereOption, dsn: DsnOption = None, as_json: JsonOption = False
+) -> None:
+    """Delete the rows matching --where: one commit (exit 2: bad --where; 1: runtime failure)."""
+    _dml(table, where, None, dsn, as_json)
+
+
+@tables_app.command("update")
+def tables_update(
+    table: str,
+    where: WhereOption,
+    assign: Annotated[
+        list[str],
+        typer.Option("--set", help="column='value' (several: comma separated or --set again)"),
+    ],
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Set columns of the rows matching --where: one commit (exit 2: bad --where/--set)."""
+    _dml(table, where, assign, dsn, as_json)
+
+
+def _dml(table: str, where: str, assign: list[str] | None, dsn: str | None, as_json: bool) -> None:
+    from jobs.table_dml import DmlUsageError, report_json, report_line, run_dml
+
+    with _connect(dsn) as cat:
+        try:
+            result = run_dml(cat, table, where, assign)
+        except DmlUsageError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        except (CatalogError, OSError) as exc:
+            typer.echo(f"error: {'updating' if assign else 'deleting from'} {table} failed: "
+                       f"{exc}", err=True)  # fmt: skip
+            raise typer.Exit(1) from exc
+    typer.echo(json.dumps(report_json(result)) if as_json else report_line(result))
 
 
 def _guard(action: Callable[[], T]) -> T:

@@ -34,6 +34,7 @@ from catalog import (
     FileOp,
     IdempotencyKey,
     PartitionCommit,
+    Table,
     TableCommit,
     TableNotFoundError,
 )
@@ -102,6 +103,8 @@ class BatchSink:
         self.batches_committed = 0
         self.records_read = 0
         self._batches_seen = 0
+        #: Per table, the version the batch being written was planned against (see _plan).
+        self._bases: dict[str, int] = {}
         #: What failed the last batch, as raised (Spark re-raises it wrapped in its own error).
         self.failure: Exception | None = None
 
@@ -166,13 +169,31 @@ class BatchSink:
         raise IngestError("new tables kept appearing in one batch; giving up on it")
 
     def _plan(self, batch_id: int) -> SinkPlan:
+        """The tables the batch writes, and the version of each it is planned against.
+
+        The versions are taken here, before any file is written, and the batch commits against
+        them (:meth:`_table_commit`), so the conflict matrix sees every commit that landed while
+        the batch was being written - a batch UPDATE/DELETE included. The batch is then rebased
+        after the statement: by the sink (:meth:`_commit`) when the matrix fails its first
+        attempt (append tables; CDC tables ordered by commit), by the matrix itself on CDC
+        tables that declare ``commit.concurrent-merge`` (those the job creates). Rebasing is
+        right because a batch is a blind write (the source's changes, decoded without reading
+        the table): it lands exactly the files a recomputation would write, as if the batch had
+        begun after the statement. On CDC tables ordered by source position the order is also
+        the source's: a statement's rows keep the position of the rows they replace, so a
+        change the source made later wins over them, whichever commits first, and a replayed
+        older one never undoes them (see ``catalog.dml``)."""
         metas = {}
+        self._bases = {}
         for name in sorted(self._tables):
             try:
-                metas[name] = self.catalog.load_table(name).meta
+                table = self.catalog.load_table(name)
+                self._bases[name] = table.current_version()
             except TableNotFoundError:
                 continue
+            metas[name] = table.meta
         dead = self._dead_letter_table()
+        self._bases[str(dead.name)] = Table(self.catalog, dead).current_version()
         return SinkPlan(
             source_format=self.settings.source_format,
             decoder=self._decoders.for_tables(metas),
@@ -258,9 +279,15 @@ class BatchSink:
                 PartitionCommit(partition_desc=d, ops=tuple(ops))
                 for d, ops in sorted(parts.items())
             ),
-            base_version=self.catalog.load_table(name).current_version(),
+            base_version=self._planned_base(name),
             evolve_to=evolve_to,
         )
+
+    def _planned_base(self, name: str) -> int:
+        """The version the batch was planned against (every table it wrote files to was
+        planned; the current version only for a table the plan did not know)."""
+        planned = self._bases.get(name)
+        return planned if planned is not None else self.catalog.load_table(name).current_version()
 
     def _commit(self, request: CommitRequest) -> CommitResult:
         """Commit; a concurrent write rebases (the files do not depend on the table's state)."""
@@ -299,6 +326,7 @@ class BatchSink:
                     "upserts": c.upserts,
                     "deletes": c.deletes,
                     "partial": c.partial,
+                    "planned_version": self._bases.get(t),
                     "version": result.version_of(t),
                 }
                 for t, c in counts.items()

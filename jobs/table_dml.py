@@ -1,0 +1,62 @@
+"""``lakestream tables delete/update``: one statement by predicate, in this process, reported."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from catalog import Catalog, SchemaError, StatementError, StatementResult
+from jobs.predicates import (
+    PredicateSyntaxError,
+    parse_assignments,
+    parse_where,
+    typed_assignments,
+    typed_predicates,
+)
+
+
+class DmlUsageError(Exception):
+    """A statement the user wrote wrongly (exit code 2): bad grammar, column or value."""
+
+
+def run_dml(
+    catalog: Catalog, name: str, where: str, assignments: Sequence[str] | None = None
+) -> StatementResult:
+    """Parse, check against the table, and run a DELETE (``assignments`` None) or UPDATE."""
+    table = catalog.load_table(name)
+    try:
+        predicates = typed_predicates(parse_where(where), table.schema)
+        values = (
+            typed_assignments(parse_assignments(assignments), table.schema)
+            if assignments is not None
+            else None
+        )
+    except PredicateSyntaxError as exc:
+        raise DmlUsageError(str(exc)) from exc
+    try:
+        if values is None:
+            return table.delete(where=predicates)
+        return table.update(where=predicates, set=values)
+    except (StatementError, SchemaError) as exc:
+        raise DmlUsageError(str(exc)) from exc
+
+
+def report_line(result: StatementResult) -> str:
+    verb = "deleted" if result.kind.value == "delete" else "updated"
+    where = (
+        f"version {result.version}"
+        if result.version is not None
+        else f"nothing matched at version {result.base_version}; nothing committed"
+    )
+    files = f"read {result.files_read} files, replaced {result.files_replaced}, wrote " + str(
+        result.files_written
+    )
+    return f"{result.table}: {verb} {result.rows} rows ({files}), {where}"
+
+
+def report_json(result: StatementResult) -> dict[str, Any]:
+    data = asdict(result)
+    data.pop("commit")
+    data["kind"] = result.kind.value
+    return data
