@@ -6,6 +6,8 @@ Never imports pyspark: Spark, the compactor and plain Python programs all use it
 from catalog.catalog import Catalog, Table, Transaction, VersionInfo, WriterProgress
 from catalog.errors import (
     CatalogError,
+    CatalogOutageError,
+    CatalogUnavailableError,
     CommitConflict,
     CommitError,
     CommitRejected,
@@ -26,11 +28,14 @@ from catalog.model import (
     PartitionCommit,
     TableCommit,
 )
+from catalog.outage import OutageGuard, OutagePolicy
 from catalog.retry import RetryPolicy
 from catalog.store import StoreSettings
 
 __all__ = [
     "CatalogError",
+    "CatalogOutageError",
+    "CatalogUnavailableError",
     "Catalog",
     "ColumnStats",
     "CommitConflict",
@@ -45,6 +50,8 @@ __all__ = [
     "FileAction",
     "FileOp",
     "IdempotencyKey",
+    "OutageGuard",
+    "OutagePolicy",
     "PartitionCommit",
     "RetryPolicy",
     "SchemaError",
