@@ -33,7 +33,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 import structlog
@@ -62,6 +62,12 @@ class OutagePolicy:
     base_delay: float = 0.25
     max_delay: float = 4.0
     """The back-off's cap: a database that returns is noticed within about this long."""
+
+    def committer_retry(self, base: RetryPolicy | None = None) -> RetryPolicy:
+        """The committer's own retries (lock waits, a blip) kept within the budget, so that an
+        outage is the guard's to wait out, one ``catalog_unavailable`` line per retry."""
+        base = base or RetryPolicy()
+        return replace(base, deadline=min(base.deadline, max(self.budget, 1.0)))
 
     def __post_init__(self) -> None:
         if self.budget < 0:

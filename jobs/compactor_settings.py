@@ -12,6 +12,7 @@ import datetime as dt
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from catalog.outage import DEFAULT_OUTAGE_BUDGET_S, OutagePolicy
 from compaction.queue import QueueSettings
 from compaction.service import LoopSettings
 from compaction.worker import WorkerSettings
@@ -40,6 +41,9 @@ class CompactorSettings(BaseSettings):
     """How often an idle worker asks the queue for work."""
     keep_finished: int = Field(default=10, ge=1)
     """Finished tasks kept per partition for status (older ones are pruned)."""
+    outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
+    """Seconds a catalog outage is waited out before the service (or a worker) stops with exit
+    code 1; 0: stop at the first failed catalog call."""
 
     @field_validator("tables")
     @classmethod
@@ -62,6 +66,9 @@ class CompactorSettings(BaseSettings):
         return WorkerSettings(
             idle_sleep=self.idle_sleep_seconds, grace=self.grace_seconds, drain=drain
         )
+
+    def outage(self) -> OutagePolicy:
+        return OutagePolicy(budget=self.outage_budget)
 
     def loop(self) -> LoopSettings:
         return LoopSettings(poll_seconds=self.poll_seconds)

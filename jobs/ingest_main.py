@@ -14,7 +14,6 @@ from catalog import (
     CatalogOutageError,
     OutageGuard,
     OutagePolicy,
-    RetryPolicy,
 )
 from ingest.errors import IngestError
 from jobs.ingest_config import IngestSettings, describe
@@ -41,10 +40,11 @@ def main(config_path: Path) -> int:
 
     spark = _spark_session(settings)
     _one_report_of_failures(spark)
-    guard = OutageGuard(redact_dsn(dsn), OutagePolicy(budget=budget))
+    outage = OutagePolicy(budget=budget)
+    guard = OutageGuard(redact_dsn(dsn), outage)
     try:
         with Catalog.connect(
-            dsn, warehouse=settings.catalog.warehouse, retry=commit_retry(budget)
+            dsn, warehouse=settings.catalog.warehouse, retry=outage.committer_retry()
         ) as catalog:
             run = run_ingest(settings.job_config(), spark, catalog, guard=guard)
         log.info("ingest_finished", batches=run.batches_committed)
@@ -63,13 +63,6 @@ def main(config_path: Path) -> int:
         return 1
     finally:
         spark.stop()
-
-
-def commit_retry(outage_budget: float) -> RetryPolicy:
-    """The committer's own retries (lock waits, a blip) stay within the outage budget: an
-    outage is the guard's to wait out, one ``catalog_unavailable`` line per retry."""
-    default = RetryPolicy()
-    return RetryPolicy(deadline=min(default.deadline, max(outage_budget, 1.0)))
 
 
 def config_error(exc: ValidationError | FileNotFoundError) -> str:

@@ -213,3 +213,9 @@ def test_the_guard_answers_iff_the_database_returned_within_the_budget(
         assert lines.events()[-1:] == (["catalog_available"] if failures else [])
     else:
         assert retries <= failures and "catalog_available" not in lines.events()
+
+
+def test_the_committer_never_retries_longer_than_the_outage_budget():
+    assert OutagePolicy(budget=300).committer_retry().deadline == 60.0
+    assert OutagePolicy(budget=8).committer_retry().deadline == 8.0
+    assert OutagePolicy(budget=0).committer_retry().deadline == 1.0

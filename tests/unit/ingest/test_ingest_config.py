@@ -179,11 +179,3 @@ def test_the_outage_budget_is_five_minutes_unless_set(
 def test_a_negative_outage_budget_is_one_line_naming_the_setting(tmp_path: Path) -> None:
     line = refusal(tmp_path, **with_catalog(tmp_path, outage_budget=-1))
     assert line.startswith("catalog.outage_budget:") and "\n" not in line
-
-
-def test_the_committer_never_retries_longer_than_the_outage_budget() -> None:
-    from jobs.ingest_main import commit_retry
-
-    assert commit_retry(300.0).deadline == 60.0
-    assert commit_retry(8.0).deadline == 8.0
-    assert commit_retry(0.0).deadline == 1.0
