@@ -90,7 +90,8 @@ class CatalogOutageError(CatalogUnavailableError):
     ) -> None:
         super().__init__(
             f"catalog {catalog} unavailable for {outage_s:.1f} s, giving up: the outage budget "
-            f"is {budget_s:g} s (during {operation}, {attempts} attempts; last error: {error})"
+            f"is {budget_s:g} s (during {operation}; failed attempts: {attempts}; last error: "
+            f"{error})"
         )
         self.catalog = catalog
         """The catalog's DSN with the password masked."""

@@ -61,10 +61,10 @@ def outage_guard(dsn: str, settings: CompactorSettings) -> OutageGuard:
     return OutageGuard(redact_dsn(dsn), settings.outage())
 
 
-def report_outage(exc: CatalogOutageError) -> int:
+def report_outage(exc: CatalogOutageError, event: str = "compactor_failed") -> int:
     """The one line a process ends with when the catalog stayed away too long."""
     log.error(
-        "compactor_failed",
+        event,
         error=str(exc),
         kind=type(exc).__name__,
         catalog=exc.catalog,
@@ -83,12 +83,11 @@ def worker_process(
     configure_logging(log_level)
     stop = threading.Event()
     install_stop_handlers(stop)
+    # the service reports its own failure (compactor_failed); a pool worker's is a detail of it
     try:
-        code = run_worker(dsn, warehouse, settings, drain=drain, stop=stop)
+        code = run_worker(dsn, warehouse, settings, drain=drain, stop=stop, failed="worker_failed")
     except CatalogError as exc:  # no catalog at the start: one line, not a traceback
-        log.error(
-            "compactor_failed", error=str(exc), kind=type(exc).__name__, catalog=redact_dsn(dsn)
-        )
+        log.error("worker_failed", error=str(exc), kind=type(exc).__name__, catalog=redact_dsn(dsn))
         code = EXIT_FAILED
     raise SystemExit(code)
 
@@ -100,8 +99,10 @@ def run_worker(
     *,
     drain: bool = False,
     stop: threading.Event | None = None,
+    failed: str = "compactor_failed",
 ) -> int:
-    """Claim and run tasks until stopped (or, draining, until the queue is empty).
+    """Claim and run tasks until stopped (or, draining, until the queue is empty); ``failed``
+    names the line logged when a catalog outage outlasts the budget.
 
     Raises:
         CatalogError: the catalog could not be opened at the start.
@@ -119,7 +120,7 @@ def run_worker(
         try:
             stats = worker.run()
         except CatalogOutageError as exc:
-            return report_outage(exc)
+            return report_outage(exc, failed)
         finally:
             if listener is not None:
                 listener.close()
