@@ -95,6 +95,9 @@ class CoordinatorLoop:
         ok = age is not None and age < self.settings.stale_after_s
         if self._last_error:
             detail["last_error"] = self._last_error
+        outage = self.coordinator.guard.stats().outage_s
+        if outage is not None:  # the round is waiting for the catalog (within the budget)
+            detail["catalog_outage_s"] = round(outage, 1)
         if self._workers_alive is not None:
             alive, wanted = self._workers_alive()
             self.metrics.workers_alive.set(alive)
