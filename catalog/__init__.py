@@ -7,6 +7,8 @@ from catalog.catalog import Catalog, Table, Transaction, VersionInfo, WriterProg
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
+    CatalogOutageError,
+    CatalogUnavailableError,
     CommitConflict,
     CommitError,
     CommitRejected,
@@ -27,11 +29,14 @@ from catalog.model import (
     PartitionCommit,
     TableCommit,
 )
+from catalog.outage import OutageGuard, OutagePolicy
 from catalog.retry import RetryPolicy
 from catalog.store import StoreSettings
 
 __all__ = [
     "CatalogError",
+    "CatalogOutageError",
+    "CatalogUnavailableError",
     "Catalog",
     "ColumnStats",
     "CommitConflict",
@@ -46,6 +51,8 @@ __all__ = [
     "FileAction",
     "FileOp",
     "IdempotencyKey",
+    "OutageGuard",
+    "OutagePolicy",
     "PartitionCommit",
     "RetryPolicy",
     "SchemaError",

@@ -481,7 +481,13 @@ class Table:
         partitions: Sequence[str] | None = None,
         partition_filter: PartitionFilter | None = None,
     ) -> ScanPlan:
-        """Which files a read of this table at a version sees, partition by partition."""
+        """Which files a read of this table at a version sees, partition by partition.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached. Reads fail
+                fast (they are interactive); long-running writers wait outages out with
+                :class:`catalog.OutageGuard` instead.
+        """
         table_version = self.resolve_version(version, as_of)
         with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
             # one snapshot for the horizon and every row read, so a concurrent expiry either
@@ -556,6 +562,11 @@ class Table:
 
         ``filter`` takes predicates such as ``[("region", "=", "eu"), ("id", ">", 10)]``
         (they prune partitions, buckets and files) or a ``pyarrow.compute`` expression.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached (within the
+                store's ``connect_timeout``). A read never waits out an outage: it is
+                interactive, so it fails fast and leaves retrying to its caller.
         """
         self.refresh()
         scan_filter = ScanFilter.of(filter)

@@ -65,7 +65,42 @@ class VersionNotFoundError(CatalogError, LookupError):
 
 
 class CatalogUnavailableError(CatalogError):
-    """PostgreSQL could not be reached within the retry budget (nothing was committed)."""
+    """PostgreSQL could not be reached or answered with a transient failure; the call that
+    raised it committed nothing (an unknown commit outcome is :class:`CommitStateUnknown`).
+
+    Interactive calls (reads, the CLI) raise it at once. Long-running processes retry it
+    through :class:`catalog.outage.OutageGuard` until their outage budget is spent.
+    """
+
+
+class CatalogOutageError(CatalogUnavailableError):
+    """The catalog stayed unreachable for longer than the outage budget: the process stops.
+
+    Never retried by an outage guard (it is the guard's verdict).
+    """
+
+    def __init__(
+        self,
+        *,
+        catalog: str,
+        operation: str,
+        outage_s: float,
+        budget_s: float,
+        attempts: int,
+        error: str,
+    ) -> None:
+        super().__init__(
+            f"catalog {catalog} unavailable for {outage_s:.1f} s, giving up: the outage budget "
+            f"is {budget_s:g} s (during {operation}; failed attempts: {attempts}; last error: "
+            f"{error})"
+        )
+        self.catalog = catalog
+        """The catalog's DSN with the password masked."""
+        self.operation = operation
+        self.outage_s = outage_s
+        self.budget_s = budget_s
+        self.attempts = attempts
+        self.error = error
 
 
 class ConflictKind(StrEnum):

@@ -10,6 +10,9 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,23 @@ class RetryPolicy:
             if self.clock() + pause - start > self.deadline:
                 return
             self.sleep(pause)
+
+    def run(self, fn: Callable[[int], T], *, retry_if: Callable[[Exception], bool]) -> T:
+        """``fn(attempt)`` until it returns. An error ``retry_if`` accepts is tried again while
+        the policy lasts, then raised; any other error is raised at once.
+
+        ``fn`` gets the attempt number, so a caller can rebase before trying again.
+        """
+        last: Exception | None = None
+        for attempt in self.attempts_iter():
+            try:
+                return fn(attempt)
+            except Exception as exc:
+                if not retry_if(exc):
+                    raise
+                last = exc
+        assert last is not None  # the iterator yields at least one attempt
+        raise last
 
 
 NO_RETRY = RetryPolicy(attempts=1)

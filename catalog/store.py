@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import psycopg
@@ -24,16 +25,51 @@ from catalog.migrations import migrate
 Row = dict[str, Any]
 
 
-class TransientStoreError(Exception):
-    """A failure after which the same unit of work may simply be tried again."""
+class StoreFailure(StrEnum):
+    """What kind of transient failure a :class:`TransientStoreError` is (metrics label it)."""
 
-    def __init__(self, reason: str, cause: BaseException) -> None:
-        super().__init__(f"{reason}: {cause}")
+    CONNECTION = "connection"
+    """The connection was refused or broke (the server stopped, the network failed)."""
+    RESTARTING = "restarting"
+    """The server is shutting down or starting up."""
+    NO_CONNECTION = "no_connection"
+    """The pool could not hand out a working connection within ``connect_timeout``."""
+    STATEMENT_TIMEOUT = "statement_timeout"
+    CONFLICT = "conflict"
+    """A serialization failure or deadlock: the transaction may simply run again."""
+    LOCK_BUSY = "lock_busy"
+
+    @property
+    def is_outage(self) -> bool:
+        """True when the database is unreachable rather than busy: worth waiting out."""
+        return self in _OUTAGE_FAILURES
+
+
+_OUTAGE_FAILURES = frozenset(
+    {StoreFailure.CONNECTION, StoreFailure.RESTARTING, StoreFailure.NO_CONNECTION}
+)
+
+
+class TransientStoreError(CatalogUnavailableError):
+    """A failure after which the same unit of work may simply be tried again.
+
+    A :class:`CatalogUnavailableError`, so it never escapes the catalog's error root; ``kind``
+    tells an outage (retried by :mod:`catalog.outage`) from a busy database.
+    """
+
+    def __init__(
+        self, reason: str, cause: BaseException, kind: StoreFailure = StoreFailure.CONNECTION
+    ) -> None:
+        super().__init__(f"{reason}: {_one_line(cause)}")
         self.reason = reason
+        self.kind = kind
 
 
 class LockBusy(TransientStoreError):
     """``lock_timeout`` expired while waiting for another committer."""
+
+    def __init__(self, reason: str, cause: BaseException) -> None:
+        super().__init__(reason, cause, StoreFailure.LOCK_BUSY)
 
 
 @dataclass(frozen=True)
@@ -42,6 +78,11 @@ class StoreSettings:
     connect_timeout: float = 10.0
     lock_timeout_ms: int = 5_000
     statement_timeout_ms: int = 60_000
+    reconnect_timeout: float = 5.0
+    """How long the pool keeps retrying one lost connection in the background before it
+    gives the slot up; the next request then connects afresh. Short on purpose: the pool's
+    own back-off doubles up to this bound, so a long bound would leave a process waiting
+    long after the database came back (retrying an outage is :mod:`catalog.outage`'s job)."""
 
 
 class PgStore:
@@ -66,6 +107,7 @@ class PgStore:
                 "application_name": "lakestream",
             },
             check=ConnectionPool.check_connection,
+            reconnect_timeout=settings.reconnect_timeout,
             open=False,
             name="lakestream-catalog",
         )
@@ -91,7 +133,9 @@ class PgStore:
             with self._pool.connection(timeout=self.settings.connect_timeout) as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise TransientStoreError("no catalog connection available", exc) from exc
+            raise TransientStoreError(
+                "no catalog connection available", exc, StoreFailure.NO_CONNECTION
+            ) from exc
 
     def fetch_all(self, sql: Any, params: dict[str, Any]) -> list[Row]:
         with self.connection() as conn, translate_errors():
@@ -110,10 +154,23 @@ def translate_errors() -> Iterator[None]:
     except pg_errors.LockNotAvailable as exc:
         raise LockBusy("table locked by other committers", exc) from exc
     except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
-        raise TransientStoreError("transaction conflict in PostgreSQL", exc) from exc
+        raise TransientStoreError(
+            "transaction conflict in PostgreSQL", exc, StoreFailure.CONFLICT
+        ) from exc
     except pg_errors.QueryCanceled as exc:
-        raise TransientStoreError("statement timed out", exc) from exc
+        raise TransientStoreError(
+            "statement timed out", exc, StoreFailure.STATEMENT_TIMEOUT
+        ) from exc
     except (pg_errors.AdminShutdown, pg_errors.CannotConnectNow) as exc:
-        raise TransientStoreError("catalog database is restarting", exc) from exc
+        raise TransientStoreError(
+            "catalog database is restarting", exc, StoreFailure.RESTARTING
+        ) from exc
     except psycopg.OperationalError as exc:
-        raise TransientStoreError("catalog connection failed", exc) from exc
+        raise TransientStoreError(
+            "catalog connection failed", exc, StoreFailure.CONNECTION
+        ) from exc
+
+
+def _one_line(error: BaseException) -> str:
+    """The driver's message on one line (libpq's run over several)."""
+    return " ".join(str(error).split()) or type(error).__name__

@@ -12,6 +12,10 @@ queue (live and finished tasks). What it keeps in memory only saves work or coun
 A table whose task did not commit (REPLAN, DISCARDED, failed, given up) is planned again in the
 next round from its latest snapshot, whatever its version; the queue refuses to queue a partition
 twice (one live task each) or to queue work a finished task already did.
+
+Its catalog reads go through the queue's outage guard, like the queue's own statements: a round
+that meets a catalog outage waits for the database (within the budget) and carries on where it
+was, rather than failing and forgetting which finished tasks it had already read.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from catalog import Catalog, CatalogError, Table, TableNotFoundError
+from catalog import (
+    Catalog,
+    CatalogError,
+    CatalogOutageError,
+    OutageGuard,
+    Table,
+    TableNotFoundError,
+)
 from catalog.catalog import TableHead
 from catalog.meta import TableMeta
 from catalog.planning import ScanPlan
@@ -85,9 +96,11 @@ class Coordinator:
         coordinator_id: str | None = None,
         prune_every_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        guard: OutageGuard | None = None,
     ) -> None:
         self.catalog = catalog
         self.queue = queue
+        self.guard = guard or queue.guard
         self.patterns = tuple(patterns)
         self.coordinator_id = coordinator_id or f"coordinator:{uuid.uuid4().hex[:8]}"
         self.tables: dict[uuid.UUID, TableState] = {}
@@ -105,13 +118,19 @@ class Coordinator:
         given_up = self.queue.give_up_lapsed()
         replan = {r.table_id for r in finished if r.outcome not in _SETTLED}
         replan |= {r["table_id"] for r in given_up}
-        heads = [h for h in self.catalog.table_heads() if matches(h.name, self.patterns)]
+        heads = [
+            h
+            for h in self.guard.call("table_heads", self.catalog.table_heads)
+            if matches(h.name, self.patterns)
+        ]
         for gone in set(self.tables) - {h.table_id for h in heads}:
             del self.tables[gone]  # dropped, recreated or no longer served
         planned_tables = planned = queued = 0
         for head in heads:
             try:
                 tasks = self._plan(head, force_replan=head.table_id in replan)
+            except CatalogOutageError:
+                raise  # the budget is spent: the service stops, no table is skipped silently
             except (CatalogError, CompactionError) as exc:
                 log.error("table_planning_failed", table=head.name, error=str(exc))
                 continue
@@ -157,7 +176,7 @@ class Coordinator:
         except CompactionError:
             self._bad_policy[head.table_id] = head.version
             raise
-        plan = table.plan(version=head.version)
+        plan = self.guard.call("plan", lambda: table.plan(version=head.version))
         idle = state.idle if state is not None else {}
         tasks = plan_table(table.meta, plan, policy, idle_rounds=idle)
         waiting = waiting_partitions(table.meta, plan, policy, (t.partition_desc for t in tasks))
@@ -187,7 +206,7 @@ class Coordinator:
     def _table(self, head: TableHead, state: TableState | None) -> Table:
         if state is not None:
             return Table(self.catalog, state.meta)
-        table = self.catalog.load_table(head.name)
+        table = self.guard.call("load_table", lambda: self.catalog.load_table(head.name))
         if table.meta.table_id != head.table_id:  # recreated since the heads were read
             raise TableNotFoundError(head.name)
         return table

@@ -26,6 +26,7 @@ class CommitListener:
         self._channel = channel
         self._debounce = debounce_s
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._failing = False  # logged once per outage, not on every poll step
 
     def wait(self, timeout: float) -> set[uuid.UUID]:
         """Block until a commit is notified or ``timeout`` passes; the notified table ids.
@@ -36,12 +37,15 @@ class CommitListener:
         """
         try:
             conn = self._connection()
+            self._failing = False
             tables = self._drain(conn, timeout, stop_after=1)
             if tables:
                 tables |= self._drain(conn, self._debounce, stop_after=None)
             return tables
         except psycopg.Error as exc:
-            log.warning("commit_listener_unavailable", error=str(exc))
+            if not self._failing:
+                log.warning("commit_listener_unavailable", error=" ".join(str(exc).split()))
+            self._failing = True
             self.close()
             time.sleep(timeout)
             return set()

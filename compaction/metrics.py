@@ -6,13 +6,17 @@ reads the tasks finished since the last one (by its pool or by ``lakestream comp
 processes on other hosts) and counts them here. So one scrape of the service covers the whole
 fleet, and the worker processes need no multiprocess metrics directory. (Two coordinators each
 count every task; scrape one, or sum by instance knowingly.)
+
+The catalog's availability, as the coordinator's process sees it (its outage guard), is read at
+scrape time: seconds since the last successful catalog call, the current outage's length, and
+retries by kind.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,7 +29,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from catalog.outage import OutageStats
 from compaction.backlog import Backlog
 from compaction.queue import TaskResult
 
@@ -105,6 +112,10 @@ class ServiceMetrics:
             registry=r,
         )
 
+    def watch_catalog(self, stats: Callable[[], OutageStats]) -> None:
+        """Export the catalog's availability from an outage guard's figures (read per scrape)."""
+        self.registry.register(_CatalogCollector(stats))
+
     def observe_finished(self, results: Iterable[TaskResult]) -> None:
         for t in results:
             self.outcomes.labels(t.outcome).inc()
@@ -144,6 +155,38 @@ class ServiceMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _CatalogCollector(Collector):
+    def __init__(self, stats: Callable[[], OutageStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        found = self._stats()
+        since = GaugeMetricFamily(
+            "lakestream_compactor_catalog_seconds_since_success",
+            "Seconds since the last successful catalog call (NaN before the first)",
+        )
+        since.add_metric(
+            [], float("nan") if found.seconds_since_success is None else found.seconds_since_success
+        )
+        outage = GaugeMetricFamily(
+            "lakestream_compactor_catalog_outage_seconds",
+            "How long the current catalog outage has lasted (0 while the catalog answers)",
+        )
+        outage.add_metric([], found.outage_s or 0.0)
+        retries = CounterMetricFamily(
+            "lakestream_compactor_catalog_retries",
+            "Catalog calls retried during outages, by kind (connection, restarting, ...)",
+            labels=["kind"],
+        )
+        for kind, n in sorted(found.retries.items()):
+            retries.add_metric([kind], n)
+        outages = CounterMetricFamily(
+            "lakestream_compactor_catalog_outages", "Catalog outages ridden out"
+        )
+        outages.add_metric([], found.outages)
+        yield from (since, outage, retries, outages)
 
 
 @dataclass(frozen=True)

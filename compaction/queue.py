@@ -10,28 +10,35 @@ multiprocessing pool.
 
 Every call is one short autocommit statement; nothing holds a transaction while a task runs, so a
 worker that dies leaves only a lease that lapses on the database's clock.
+
+Every call goes through the queue's :class:`catalog.OutageGuard`: in a long-running compactor a
+catalog outage is waited out within the outage budget (then ``CatalogOutageError``); any other
+transient failure is :class:`QueueUnavailable`. Each statement is safe to run again: enqueueing
+is refused for a partition that already has a live task, a claim whose answer was lost only
+holds a lease that lapses, and renewing, finishing or releasing twice changes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from catalog import DataFile
+from catalog import CatalogOutageError, DataFile, OutageGuard
 from catalog.queries import NamedQueries
 from catalog.store import PgStore, Row, TransientStoreError, translate_errors
 from compaction.errors import CompactionError
 from compaction.task import CompactionKind, CompactionOutcome, CompactionTask
 
 query = NamedQueries("compaction", "sql/queue.sql")
+T = TypeVar("T")
+Connection = psycopg.Connection[DictRow]
 
 #: Outcome recorded for a task that raised (or whose lease lapsed too often).
 FAILED = "failed"
@@ -116,9 +123,17 @@ class TaskResult:
 
 
 class TaskQueue:
-    def __init__(self, store: PgStore, settings: QueueSettings | None = None) -> None:
+    def __init__(
+        self,
+        store: PgStore,
+        settings: QueueSettings | None = None,
+        guard: OutageGuard | None = None,
+    ) -> None:
         self._store = store
         self.settings = settings or QueueSettings()
+        self.guard = guard or OutageGuard.fail_fast()
+        """Waits out catalog outages (the coordinator and worker use it for their catalog calls
+        too, so a process has one outage and one budget)."""
 
     def enqueue(self, tasks: Sequence[CompactionTask], planned_by: str) -> list[CompactionTask]:
         """Queue tasks; returns those that were queued (with their ``task_id``), skipping any
@@ -137,11 +152,14 @@ class TaskQueue:
             "planned_by": planned_by,
             "max_failures": self.settings.max_failures,
         }
-        with self._statement("enqueue") as conn:
+
+        def enqueue(conn: Connection) -> list[Row]:
             rows = conn.execute(query("enqueue"), params).fetchall()
             if rows:
                 conn.execute(query("notify_tasks"), {"channel": TASK_CHANNEL})
-        queued = {r["task_id"] for r in rows}
+            return rows
+
+        queued = {r["task_id"] for r in self._run("enqueue", enqueue)}
         return [t for t in with_ids if t.task_id in queued]
 
     def claim(self, worker_id: str) -> Claim | None:
@@ -151,8 +169,7 @@ class TaskQueue:
             "lease": self.settings.lease,
             "max_attempts": self.settings.max_attempts,
         }
-        with self._statement("claim") as conn:
-            row = conn.execute(query("claim"), params).fetchone()
+        row = self._one("claim", params)
         if row is None:
             return None
         return Claim(
@@ -166,9 +183,7 @@ class TaskQueue:
     def renew(self, claim: Claim) -> bool:
         """Extend the lease; False if it is no longer ours (it lapsed and was taken over)."""
         params = {"task_id": claim.task_id, "worker_id": claim.worker_id}
-        with self._statement("renew") as conn:
-            row = conn.execute(query("renew"), {**params, "lease": self.settings.lease}).fetchone()
-        return row is not None
+        return self._one("renew", {**params, "lease": self.settings.lease}) is not None
 
     def finish(self, claim: Claim, outcome: CompactionOutcome) -> bool:
         """Record what the task did; False if the lease was lost before (nothing recorded)."""
@@ -203,15 +218,11 @@ class TaskQueue:
     def release(self, claim: Claim) -> bool:
         """Hand a task back unfinished (a worker stopping), claimable at once by another."""
         params = {"task_id": claim.task_id, "worker_id": claim.worker_id}
-        with self._statement("release") as conn:
-            return conn.execute(query("release"), params).fetchone() is not None
+        return self._one("release", params) is not None
 
     def give_up_lapsed(self) -> list[Row]:
         """Finish as failed the tasks whose last allowed attempt's lease lapsed."""
-        params = {"max_attempts": self.settings.max_attempts}
-        with self._statement("give_up_lapsed") as conn:
-            rows: list[Row] = conn.execute(query("give_up_lapsed"), params).fetchall()
-        return rows
+        return self._all("give_up_lapsed", {"max_attempts": self.settings.max_attempts})
 
     def prune(self) -> int:
         """Delete old finished tasks, keeping the newest few per partition; returns how many."""
@@ -219,48 +230,52 @@ class TaskQueue:
             "keep_per_partition": self.settings.keep_per_partition,
             "retention": self.settings.retention,
         }
-        with self._statement("prune") as conn:
-            return len(conn.execute(query("prune"), params).fetchall())
+        return len(self._all("prune", params))
 
     def depth(self) -> dict[str, int]:
         """Live tasks by state (``queued``, ``running``)."""
-        with self._statement("depth") as conn:
-            rows = conn.execute(query("depth"), {}).fetchall()
+        rows = self._all("depth", {})
         return {"queued": 0, "running": 0, **{r["state"]: int(r["n"]) for r in rows}}
 
     def live(self) -> list[LiveTask]:
-        with self._statement("live") as conn:
-            rows = conn.execute(query("live_tasks"), {}).fetchall()
-        return [_live_from_row(r) for r in rows]
+        return [_live_from_row(r) for r in self._all("live_tasks", {})]
 
     def finished_since(self, since: dt.datetime) -> list[TaskResult]:
-        with self._statement("finished_since") as conn:
-            rows = conn.execute(query("finished_since"), {"since": since}).fetchall()
-        return [_result_from_row(r) for r in rows]
+        return [_result_from_row(r) for r in self._all("finished_since", {"since": since})]
 
     def recent_results(self, per_table: int = 5) -> list[TaskResult]:
-        with self._statement("recent_results") as conn:
-            rows = conn.execute(query("recent_results"), {"per_table": per_table}).fetchall()
+        rows = self._all("recent_results", {"per_table": per_table})
         return [_result_from_row(r) for r in rows]
 
     def now(self) -> dt.datetime:
         """The database clock, which leases and finish times are measured on."""
-        with self._statement("now") as conn:
-            row = conn.execute(query("now"), {}).fetchone()
+        row = self._one("now", {})
         assert row is not None
         return row["now"]  # type: ignore[no-any-return]
 
     def _finish(self, claim: Claim, **fields: Any) -> bool:
         params = {"task_id": claim.task_id, "worker_id": claim.worker_id, **fields}
-        with self._statement("finish") as conn:
-            return conn.execute(query("finish"), params).fetchone() is not None
+        return self._one("finish", params) is not None
 
-    @contextmanager
-    def _statement(self, operation: str) -> Iterator[psycopg.Connection[DictRow]]:
-        """A pooled connection; the driver's transient failures become QueueUnavailable."""
-        try:
+    def _one(self, name: str, params: Mapping[str, Any]) -> Row | None:
+        """The named query's one row (or None)."""
+        return self._run(name, lambda conn: conn.execute(query(name), params).fetchone())
+
+    def _all(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        return self._run(name, lambda conn: conn.execute(query(name), params).fetchall())
+
+    def _run(self, operation: str, work: Callable[[Connection], T]) -> T:
+        """``work`` on a pooled connection, through the outage guard. An outage outlasting the
+        budget raises CatalogOutageError; any other transient failure QueueUnavailable."""
+
+        def attempt() -> T:
             with self._store.connection() as conn, translate_errors():
-                yield conn
+                return work(conn)
+
+        try:
+            return self.guard.call(f"queue.{operation}", attempt)
+        except CatalogOutageError:
+            raise
         except TransientStoreError as exc:
             raise QueueUnavailable(operation, exc) from exc
 

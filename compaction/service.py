@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from catalog import CatalogError
-from catalog.store import TransientStoreError
+from catalog import CatalogError, CatalogOutageError
 from compaction.coordinator import Coordinator, RoundReport
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
@@ -65,7 +64,12 @@ class CoordinatorLoop:
             self.wait_for_work()
 
     def run_round(self) -> RoundReport | None:
-        """One round and its metrics; a database outage is logged and tried next round."""
+        """One round and its metrics. A catalog outage is waited out inside the round (the
+        queue's guard); a failure it does not wait out is logged and tried next round.
+
+        Raises:
+            CatalogOutageError: the outage outlasted the budget; the service should stop.
+        """
         try:
             report = self.coordinator.round()
             self.metrics.observe_finished(report.finished)
@@ -75,7 +79,9 @@ class CoordinatorLoop:
             )
             self.metrics.tasks_queued.inc(report.tasks_queued)
             self.metrics.rounds.inc()
-        except (CatalogError, CompactionError, TransientStoreError) as exc:
+        except CatalogOutageError:
+            raise
+        except (CatalogError, CompactionError) as exc:
             self._last_error = str(exc)
             log.error("round_failed", error=str(exc))
             return None
@@ -89,6 +95,9 @@ class CoordinatorLoop:
         ok = age is not None and age < self.settings.stale_after_s
         if self._last_error:
             detail["last_error"] = self._last_error
+        outage = self.coordinator.guard.stats().outage_s
+        if outage is not None:  # the round is waiting for the catalog (within the budget)
+            detail["catalog_outage_s"] = round(outage, 1)
         if self._workers_alive is not None:
             alive, wanted = self._workers_alive()
             self.metrics.workers_alive.set(alive)

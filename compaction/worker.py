@@ -8,6 +8,13 @@ snapshot; a task that raised is recorded as failed and replanned the same way. T
 compaction from ever pushing against a streaming writer: the commit protocol already reorders or
 discards it, and nobody insists.
 
+A catalog outage is waited out within the queue guard's budget: the claim, the lease renewals,
+the compaction's catalog calls and the finish all go through it. A lease that lapsed during the
+outage is taken over by another worker; whichever run commits second finds the task's commit
+key already landed and records ALREADY_DONE (:func:`compaction.rewrite.compact`), so no task is
+committed twice. When the budget is spent, ``run`` raises ``CatalogOutageError``: nothing is
+recorded (the queue is unreachable) and the lease lapses.
+
 Stopping (SIGTERM, handled by the entry point, which sets ``stop``): no new claims; the running
 task may finish within ``grace`` seconds, otherwise it is released back to the queue at once
 (its partial output files are found by ``Catalog.leftovers()``; the commit key makes a late
@@ -29,7 +36,7 @@ from dataclasses import dataclass, field
 import structlog
 from structlog.contextvars import bound_contextvars
 
-from catalog import Catalog
+from catalog import Catalog, CatalogOutageError, CommitStateUnknown
 from compaction.queue import FAILED, Claim, QueueUnavailable, TaskQueue
 from compaction.task import CompactionOutcome, CompactionTask
 
@@ -91,7 +98,11 @@ class Worker:
         self.stats = WorkerStats()
 
     def run(self) -> WorkerStats:
-        """Work until ``stop`` is set (or, draining, until the queue is empty)."""
+        """Work until ``stop`` is set (or, draining, until the queue is empty).
+
+        Raises:
+            CatalogOutageError: the catalog stayed unreachable longer than the outage budget.
+        """
         log.info("worker_started", worker_id=self.worker_id, drain=self.settings.drain)
         while not self.stop.is_set():
             try:
@@ -153,6 +164,8 @@ class _Attempt:
             return self._release(time.monotonic() - started)
         self.done.set()
         heartbeat.join()
+        if isinstance(self.error, CatalogOutageError):
+            raise self.error  # nothing can be recorded: the lease lapses, the task is claimed again
         return self._record(time.monotonic() - started)
 
     def _rewrite(self) -> None:
@@ -163,7 +176,12 @@ class _Attempt:
         )
         try:
             with context:
-                self.outcome = self.worker._compact(self.worker.catalog, self.claim.task)
+                self.outcome = self.worker.queue.guard.call(
+                    "compact",
+                    lambda: self.worker._compact(self.worker.catalog, self.claim.task),
+                    # a rerun resolves the task's commit key before anything else
+                    retry_also=(CommitStateUnknown,),
+                )
         except Exception as exc:  # recorded as the task's failure; the coordinator replans
             self.error = exc
         finally:
@@ -191,6 +209,8 @@ class _Attempt:
                     return
             except QueueUnavailable as exc:  # keep trying: the lease may still hold
                 self.log.warning("lease_renewal_failed", error=str(exc))
+            except CatalogOutageError:  # the worker's own calls meet the same spent budget
+                return
 
     def _release(self, duration: float) -> str:
         try:

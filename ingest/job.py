@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from catalog import Catalog
+from catalog import Catalog, OutageGuard
 from ingest import startpoint
 from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt, Failpoint
@@ -69,9 +69,16 @@ class IngestRun:
 
 
 def run_ingest(
-    config: IngestJobConfig, spark: Any, catalog: Catalog, stop: threading.Event | None = None
+    config: IngestJobConfig,
+    spark: Any,
+    catalog: Catalog,
+    stop: threading.Event | None = None,
+    guard: OutageGuard | None = None,
 ) -> IngestRun:
-    """Run the query until AvailableNow is done, ``stop`` is set, or SIGTERM arrives."""
+    """Run the query until AvailableNow is done, ``stop`` is set, or SIGTERM arrives.
+
+    ``guard`` waits out catalog outages in the batches (default: fail at the first one).
+    """
     state = startpoint.read_state(config.checkpoint)
     incarnation = startpoint.incarnation(config.checkpoint, state)
     start = startpoint.decide(
@@ -83,7 +90,7 @@ def run_ingest(
     startpoint.save(config.checkpoint, start, config.starting_offsets)
     starting = config.starting_offsets if start.offsets is None else json.dumps(start.offsets)
     options = source_options(config, starting)
-    sink = BatchSink(catalog, _sink_settings(config, incarnation, options))
+    sink = BatchSink(catalog, _sink_settings(config, incarnation, options), guard)
     log.info(
         "ingest_started",
         job=config.job,

@@ -4,6 +4,10 @@ standalone worker. Processes, signals and logging are set up here and nowhere be
 SIGTERM (or SIGINT) stops the service: the coordinator stops planning, each worker process gets
 SIGTERM, stops claiming, lets its running task finish within the grace period or releases it,
 and exits 0; the service then exits 0.
+
+A catalog outage is waited out (``LAKESTREAM_COMPACTOR_OUTAGE_BUDGET``, 5 minutes by default) by
+every process on its own guard; when one outlasts it, the process logs one ``compactor_failed``
+line naming the catalog (password masked) and the outage's length, and exits 1.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from types import FrameType
 
 import structlog
 
-from catalog import Catalog
+from catalog import Catalog, CatalogError, CatalogOutageError, OutageGuard, OutagePolicy
 from compaction.coordinator import Coordinator
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
@@ -30,6 +34,7 @@ from compaction.service import CoordinatorLoop
 from compaction.worker import Worker, default_worker_id
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
+from jobs.settings import redact_dsn
 
 log = structlog.get_logger("lakestream.compactor")
 
@@ -47,8 +52,26 @@ def install_stop_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def connect(dsn: str, warehouse: Path | None) -> Catalog:
-    return Catalog.connect(dsn, warehouse=warehouse)
+def connect(dsn: str, warehouse: Path | None, outage: OutagePolicy | None = None) -> Catalog:
+    retry = None if outage is None else outage.committer_retry()
+    return Catalog.connect(dsn, warehouse=warehouse, retry=retry)
+
+
+def outage_guard(dsn: str, settings: CompactorSettings) -> OutageGuard:
+    """The process's guard: its catalog calls wait out an outage within the budget."""
+    return OutageGuard(redact_dsn(dsn), settings.outage())
+
+
+def report_outage(exc: CatalogOutageError, event: str = "compactor_failed") -> int:
+    """The one line a process ends with when the catalog stayed away too long."""
+    log.error(
+        event,
+        error=str(exc),
+        kind=type(exc).__name__,
+        catalog=exc.catalog,
+        outage_s=round(exc.outage_s, 1),
+    )
+    return EXIT_FAILED
 
 
 # -- the worker processes ---------------------------------------------------------------------
@@ -61,7 +84,13 @@ def worker_process(
     configure_logging(log_level)
     stop = threading.Event()
     install_stop_handlers(stop)
-    raise SystemExit(run_worker(dsn, warehouse, settings, drain=drain, stop=stop))
+    # the service reports its own failure (compactor_failed); a pool worker's is a detail of it
+    try:
+        code = run_worker(dsn, warehouse, settings, drain=drain, stop=stop, failed="worker_failed")
+    except CatalogError as exc:  # no catalog at the start: one line, not a traceback
+        log.error("worker_failed", error=str(exc), kind=type(exc).__name__, catalog=redact_dsn(dsn))
+        code = EXIT_FAILED
+    raise SystemExit(code)
 
 
 def run_worker(
@@ -71,13 +100,19 @@ def run_worker(
     *,
     drain: bool = False,
     stop: threading.Event | None = None,
+    failed: str = "compactor_failed",
 ) -> int:
-    """Claim and run tasks until stopped (or, draining, until the queue is empty)."""
+    """Claim and run tasks until stopped (or, draining, until the queue is empty); ``failed``
+    names the line logged when a catalog outage outlasts the budget.
+
+    Raises:
+        CatalogError: the catalog could not be opened at the start.
+    """
     listener = None if drain else CommitListener(dsn, channel=TASK_CHANNEL, debounce_s=0.0)
-    with connect(dsn, warehouse) as catalog:
+    with connect(dsn, warehouse, settings.outage()) as catalog:
         worker = Worker(
             catalog,
-            TaskQueue(catalog.store, settings.queue()),
+            TaskQueue(catalog.store, settings.queue(), outage_guard(dsn, settings)),
             worker_id=default_worker_id(),
             settings=settings.worker(drain=drain),
             stop=stop,
@@ -85,6 +120,8 @@ def run_worker(
         )
         try:
             stats = worker.run()
+        except CatalogOutageError as exc:
+            return report_outage(exc, failed)
         finally:
             if listener is not None:
                 listener.close()
@@ -155,11 +192,13 @@ def run_service(
     stop: threading.Event | None = None,
 ) -> int:
     """``lakestream compactor run``: coordinator, worker pool and /metrics until SIGTERM;
-    with ``once``: one round, run what is queued, exit (1 if a task failed)."""
+    with ``once``: one round, run what is queued, exit (1 if a task failed, or the catalog
+    stayed away longer than the outage budget)."""
     stop = stop or threading.Event()
     pool = WorkerPool(settings.workers, dsn, warehouse, settings, log_level)
-    with connect(dsn, warehouse) as catalog:
-        queue = TaskQueue(catalog.store, settings.queue())
+    guard = outage_guard(dsn, settings)
+    with connect(dsn, warehouse, settings.outage()) as catalog:
+        queue = TaskQueue(catalog.store, settings.queue(), guard)
         coordinator = Coordinator(
             catalog,
             queue,
@@ -168,6 +207,7 @@ def run_service(
         )
         listener = None if once else CommitListener(dsn)
         metrics = ServiceMetrics()
+        metrics.watch_catalog(guard.stats)
         loop = CoordinatorLoop(
             coordinator,
             metrics,
@@ -203,6 +243,8 @@ def run_service(
                 pool.replace_dead()
                 loop.wait_for_work()
             return EXIT_OK
+        except CatalogOutageError as exc:
+            return report_outage(exc)
         finally:
             pool.stop(settings.grace_seconds)
             if listener is not None:

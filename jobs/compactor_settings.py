@@ -12,6 +12,7 @@ import datetime as dt
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from catalog.outage import DEFAULT_OUTAGE_BUDGET_S, OutagePolicy
 from compaction.maintenance import MaintenanceSettings
 from compaction.queue import QueueSettings
 from compaction.service import LoopSettings
@@ -47,6 +48,9 @@ class CompactorSettings(BaseSettings):
     """Each served table's maintenance runs this often (first runs spread over it)."""
     maintenance_tables_per_round: int = Field(default=5, ge=1)
     """At most this many tables' maintenance per coordinator round."""
+    outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
+    """Seconds a catalog outage is waited out before the service (or a worker) stops with exit
+    code 1; 0: stop at the first failed catalog call."""
 
     @field_validator("tables")
     @classmethod
@@ -76,6 +80,9 @@ class CompactorSettings(BaseSettings):
             interval=dt.timedelta(seconds=self.maintenance_interval_seconds),
             tables_per_round=self.maintenance_tables_per_round,
         )
+
+    def outage(self) -> OutagePolicy:
+        return OutagePolicy(budget=self.outage_budget)
 
     def loop(self) -> LoopSettings:
         return LoopSettings(poll_seconds=self.poll_seconds)

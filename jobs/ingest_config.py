@@ -24,6 +24,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from catalog.outage import DEFAULT_OUTAGE_BUDGET_S
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig
 from ingest.sink.guard import DeadLetterGuard
@@ -42,6 +43,9 @@ class _Section(BaseModel):
 class CatalogSection(_Section):
     dsn: SecretStr
     warehouse: Path | None = None
+    outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
+    """Seconds a catalog outage is waited out before the job stops (exit code 1); 0: stop at
+    the first failed catalog call."""
 
 
 class KafkaSection(_Section):

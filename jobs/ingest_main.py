@@ -8,7 +8,13 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from catalog import Catalog, CatalogError
+from catalog import (
+    Catalog,
+    CatalogError,
+    CatalogOutageError,
+    OutageGuard,
+    OutagePolicy,
+)
 from ingest.errors import IngestError
 from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
@@ -28,16 +34,30 @@ def main(config_path: Path) -> int:
     configure_logging(settings.log_level)
     log = structlog.get_logger("lakestream.ingest")
     dsn = settings.catalog.dsn.get_secret_value()
-    log.info("ingest_config", catalog=redact_dsn(dsn), **describe(settings))
+    budget = settings.catalog.outage_budget
+    log.info("ingest_config", catalog=redact_dsn(dsn), outage_budget_s=budget, **describe(settings))
     from ingest.job import run_ingest
 
     spark = _spark_session(settings)
     _one_report_of_failures(spark)
+    outage = OutagePolicy(budget=budget)
+    guard = OutageGuard(redact_dsn(dsn), outage)
     try:
-        with Catalog.connect(dsn, warehouse=settings.catalog.warehouse) as catalog:
-            run = run_ingest(settings.job_config(), spark, catalog)
+        with Catalog.connect(
+            dsn, warehouse=settings.catalog.warehouse, retry=outage.committer_retry()
+        ) as catalog:
+            run = run_ingest(settings.job_config(), spark, catalog, guard=guard)
         log.info("ingest_finished", batches=run.batches_committed)
         return 0
+    except CatalogOutageError as exc:
+        log.error(
+            "ingest_failed",
+            error=str(exc),
+            kind=type(exc).__name__,
+            catalog=exc.catalog,
+            outage_s=round(exc.outage_s, 1),
+        )
+        return 1
     except (CatalogError, IngestError) as exc:
         log.error("ingest_failed", error=str(exc), kind=type(exc).__name__)
         return 1

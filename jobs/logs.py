@@ -28,3 +28,7 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+    # psycopg_pool logs every failed background reconnect (twice a second in an outage) to the
+    # root logger's last-resort handler; the outage guard reports outages itself, one line per
+    # retry (catalog_unavailable).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

@@ -1,3 +1,8 @@
 """Fixtures live in small modules under tests/fixtures and are registered here."""
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.broker", "tests.fixtures.spark"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.broker",
+    "tests.fixtures.spark",
+    "tests.fixtures.outage",
+]

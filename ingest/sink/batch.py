@@ -7,6 +7,11 @@ crashed attempt are left for maintenance) and committed once. The offsets of eve
 stored with its commit under the job's name, so a job whose checkpoint is lost resumes from the
 catalog alone (see :mod:`ingest.job`).
 
+Every catalog call of the driver goes through the job's :class:`catalog.OutageGuard`, so a
+catalog failover is waited out within the outage budget instead of failing the query. A commit
+whose outcome is unknown (the connection died at COMMIT) is resolved by the batch's key: it
+landed, or the same files are committed again under the same key - never as a second batch.
+
 Before the commit, the dead-letter guard (:mod:`ingest.sink.guard`) may refuse the batch; the
 error is kept in :attr:`BatchSink.failure` so the job can report it as it was raised (Spark
 wraps whatever ``foreachBatch`` raises in its own exception).
@@ -29,11 +34,14 @@ from catalog import (
     CommitOp,
     CommitRequest,
     CommitResult,
+    CommitStateUnknown,
     ConflictKind,
     FileAction,
     FileOp,
     IdempotencyKey,
+    OutageGuard,
     PartitionCommit,
+    RetryPolicy,
     Table,
     TableCommit,
     TableNotFoundError,
@@ -60,6 +68,9 @@ from ingest.sink.tables import create_cdc_table, known_tables
 from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
 
 log = structlog.get_logger("lakestream.ingest")
+
+#: Rebasing a commit that lost to a concurrent writer (the files do not depend on the table).
+_REBASE = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.2)
 
 
 @dataclass(frozen=True)
@@ -88,17 +99,25 @@ class SinkSettings:
 class BatchSink:
     """``foreachBatch`` callable; holds the catalog connection of the driver."""
 
-    def __init__(self, catalog: Catalog, settings: SinkSettings) -> None:
+    def __init__(
+        self, catalog: Catalog, settings: SinkSettings, guard: OutageGuard | None = None
+    ) -> None:
         self.catalog = catalog
         self.settings = settings
-        self._tables = known_tables(
-            catalog,
-            job=settings.job,
-            source_format=settings.source_format,
-            decoder=settings.decoder,
-            json_tables=settings.json_tables,
-            kafka=settings.kafka,
-        ) - {settings.dead_letter_table.lower()}
+        self.guard = guard or OutageGuard.fail_fast()
+        """Every catalog call of the driver goes through it (a fail-fast one by default)."""
+        tables = self.guard.call(
+            "known_tables",
+            lambda: known_tables(
+                catalog,
+                job=settings.job,
+                source_format=settings.source_format,
+                decoder=settings.decoder,
+                json_tables=settings.json_tables,
+                kafka=settings.kafka,
+            ),
+        )
+        self._tables = tables - {settings.dead_letter_table.lower()}
         self._decoders = BatchDecoders(settings.decoder)
         self.batches_committed = 0
         self.records_read = 0
@@ -119,7 +138,7 @@ class BatchSink:
     def _batch(self, df: Any, batch_id: int, batch_of_run: int) -> None:
         key = IdempotencyKey(writer_id=self.settings.writer_id, batch_id=batch_id)
         bound = log.bind(job=self.settings.job, batch=batch_id)
-        if self.catalog.resolve_commit(key.writer_id, key.batch_id) is not None:
+        if self._resolve(key) is not None:
             bound.info("batch_already_committed")
             return
         started = time.monotonic()
@@ -187,13 +206,14 @@ class BatchSink:
         self._bases = {}
         for name in sorted(self._tables):
             try:
-                table = self.catalog.load_table(name)
-                self._bases[name] = table.current_version()
+                table = self._load(name)
+                self._bases[name] = self.guard.call("current_version", table.current_version)
             except TableNotFoundError:
                 continue
             metas[name] = table.meta
         dead = self._dead_letter_table()
-        self._bases[str(dead.name)] = Table(self.catalog, dead).current_version()
+        dead_table = Table(self.catalog, dead)
+        self._bases[str(dead.name)] = self.guard.call("current_version", dead_table.current_version)
         return SinkPlan(
             source_format=self.settings.source_format,
             decoder=self._decoders.for_tables(metas),
@@ -209,12 +229,13 @@ class BatchSink:
     def _dead_letter_table(self) -> TableMeta:
         name = self.settings.dead_letter_table
         try:
-            return self.catalog.load_table(name).meta
+            return self._load(name).meta
         except TableNotFoundError:
             try:
-                return self.catalog.create_table(name, DEAD_LETTER_SCHEMA).meta
+                create = partial(self.catalog.create_table, name, DEAD_LETTER_SCHEMA)
+                return self.guard.call("create_table", create).meta
             except TableAlreadyExistsError:
-                return self.catalog.load_table(name).meta
+                return self._load(name).meta
 
     def _create(self, new: NewTable) -> None:
         """Create a table the batch brought (with the schema its rows carry, or the declared
@@ -224,7 +245,8 @@ class BatchSink:
         self._tables.add(new.table)
         try:
             if new.kind == "cdc":
-                create_cdc_table(
+                create = partial(
+                    create_cdc_table,
                     self.catalog,
                     new.table,
                     schema,
@@ -233,7 +255,10 @@ class BatchSink:
                     partition_by=partition_by,
                 )
             else:
-                self.catalog.create_table(new.table, schema, partition_by=list(partition_by))
+                create = partial(
+                    self.catalog.create_table, new.table, schema, partition_by=list(partition_by)
+                )
+            self.guard.call("create_table", create)
         except TableAlreadyExistsError:
             log.info("table_found", table=new.table, reason="exists, unknown when the job started")
             return
@@ -251,7 +276,9 @@ class BatchSink:
         commits = tuple(
             self._table_commit(name, files, reports) for name, files in sorted(by_table.items())
         )
-        previous = self.catalog.writer_progress(self.settings.job)
+        previous = self.guard.call(
+            "writer_progress", lambda: self.catalog.writer_progress(self.settings.job)
+        )
         base = previous.source_offsets if previous and previous.source_offsets else {}
         offsets = merge_offsets(base, *(r.offsets for r in reports))
         return CommitRequest(
@@ -261,7 +288,7 @@ class BatchSink:
     def _table_commit(
         self, name: str, files: Iterable[WrittenFile], reports: Sequence[TaskReport]
     ) -> TableCommit:
-        meta = self.catalog.load_table(name).meta
+        meta = self._load(name).meta
         parts: dict[str, list[FileOp]] = defaultdict(list)
         for written in files:
             parts[written.partition_desc].append(FileOp(action=FileAction.ADD, file=written.file))
@@ -287,24 +314,58 @@ class BatchSink:
         """The version the batch was planned against (every table it wrote files to was
         planned; the current version only for a table the plan did not know)."""
         planned = self._bases.get(name)
-        return planned if planned is not None else self.catalog.load_table(name).current_version()
+        return planned if planned is not None else self._current_version(name)
 
     def _commit(self, request: CommitRequest) -> CommitResult:
         """Commit; a concurrent write rebases (the files do not depend on the table's state)."""
-        for attempt in range(1, 4):
-            try:
-                return self.catalog.commit(request)
-            except CommitConflict as exc:
-                if exc.kind is not ConflictKind.CONCURRENT_WRITE or attempt == 3:
-                    raise
-                tables = tuple(
-                    tc.model_copy(
-                        update={"base_version": self.catalog.load_table(tc.table).current_version()}
-                    )
-                    for tc in request.tables
-                )
-                request = request.model_copy(update={"tables": tables})
-        raise AssertionError("unreachable")
+        requests = [request]
+
+        def attempt(n: int) -> CommitResult:
+            if n > 1:
+                requests.append(self._rebased(requests[-1]))
+            return self._land(requests[-1])
+
+        return _REBASE.run(attempt, retry_if=_lost_to_a_concurrent_write)
+
+    def _rebased(self, request: CommitRequest) -> CommitRequest:
+        tables = tuple(
+            tc.model_copy(update={"base_version": self._current_version(tc.table)})
+            for tc in request.tables
+        )
+        return request.model_copy(update={"tables": tables})
+
+    def _land(self, request: CommitRequest) -> CommitResult:
+        """One commit through the outage guard. An unknown outcome is resolved by the key:
+        landed, its result stands; not landed, the same request is committed again, and the
+        committer recognises the key should the first attempt land after all."""
+        try:
+            return self.guard.call("commit", partial(self.catalog.commit, request))
+        except CommitStateUnknown as exc:
+            log.warning(
+                "commit_outcome_unknown", job=self.settings.job, batch=exc.batch_id, error=str(exc)
+            )
+        found = self._resolve(request.key)
+        if found is not None:
+            log.info("commit_resolved", job=self.settings.job, batch=request.key.batch_id)
+            return found
+        return self.guard.call(
+            "commit", partial(self.catalog.commit, request), retry_also=(CommitStateUnknown,)
+        )
+
+    # -- catalog reads ---------------------------------------------------------------------
+
+    def _load(self, name: str) -> Table:
+        return self.guard.call("load_table", partial(self.catalog.load_table, name))
+
+    def _current_version(self, name: str) -> int:
+        return self.guard.call(
+            "current_version", lambda: self.catalog.load_table(name).current_version()
+        )
+
+    def _resolve(self, key: IdempotencyKey) -> CommitResult | None:
+        return self.guard.call(
+            "resolve_commit", partial(self.catalog.resolve_commit, key.writer_id, key.batch_id)
+        )
 
     def _log(
         self,
@@ -344,6 +405,10 @@ class BatchSink:
             attempts=result.attempts,
             lag_ms=_lag_ms(reports),
         )
+
+
+def _lost_to_a_concurrent_write(error: Exception) -> bool:
+    return isinstance(error, CommitConflict) and error.kind is ConflictKind.CONCURRENT_WRITE
 
 
 def _effective_level() -> str:

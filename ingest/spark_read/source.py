@@ -144,6 +144,12 @@ class LakestreamReader(DataSourceReader):
         return left
 
     def partitions(self) -> list[InputPartition]:
+        """Plan the read on the driver.
+
+        Raises:
+            CatalogUnavailableError: the catalog could not be reached. Planning a read fails
+                fast, as every interactive read does; it never waits out an outage.
+        """
         if self._dsn is None:
             raise RuntimeError("partitions() runs on the driver, which holds the catalog DSN")
         with connect(self._dsn) as catalog:

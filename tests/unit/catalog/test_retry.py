@@ -64,3 +64,26 @@ def test_nonsense_policies_are_refused():
         RetryPolicy(attempts=0)
     with pytest.raises(ValueError):
         RetryPolicy(base_delay=2, max_delay=1)
+
+
+def test_run_retries_what_it_is_told_to_and_raises_the_last_failure():
+    t = FakeTime()
+    policy = RetryPolicy(attempts=3, base_delay=0.1, clock=t.clock, sleep=t.sleep)
+    seen: list[int] = []
+
+    def flaky(attempt: int) -> str:
+        seen.append(attempt)
+        raise TimeoutError(f"attempt {attempt}")
+
+    with pytest.raises(TimeoutError, match="attempt 3"):
+        policy.run(flaky, retry_if=lambda exc: isinstance(exc, TimeoutError))
+    assert seen == [1, 2, 3] and len(t.sleeps) == 2
+
+
+def test_run_returns_on_success_and_raises_other_errors_at_once():
+    t = FakeTime()
+    policy = RetryPolicy(attempts=5, clock=t.clock, sleep=t.sleep)
+    assert policy.run(lambda a: a if a == 2 else 1 / 0, retry_if=lambda e: True) == 2
+    with pytest.raises(ZeroDivisionError):
+        policy.run(lambda a: 1 / 0, retry_if=lambda e: isinstance(e, KeyError))
+    assert len(t.sleeps) == 1

@@ -8,6 +8,8 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
+from catalog import OutageGuard, OutagePolicy
+from catalog.store import StoreFailure, TransientStoreError
 from compaction.coordinator import matches
 from compaction.metrics import ServiceMetrics
 from compaction.queue import TaskResult
@@ -79,3 +81,40 @@ def test_finished_tasks_feed_the_counters():
     assert 'lakestream_compactor_rows_total{direction="written"} 180.0' in text
     assert 'lakestream_compactor_task_duration_seconds_count{kind="merge-bucket"} 3.0' in text
     assert 'lakestream_compactor_queue_depth{state="queued"} 4.0' in text
+
+
+def test_the_outage_budget_comes_from_the_environment(monkeypatch):
+    assert CompactorSettings().outage().budget == 300.0
+    monkeypatch.setenv("LAKESTREAM_COMPACTOR_OUTAGE_BUDGET", "45")
+    assert CompactorSettings().outage().budget == 45.0
+    monkeypatch.setenv("LAKESTREAM_COMPACTOR_OUTAGE_BUDGET", "-1")
+    with pytest.raises(ValidationError, match="outage_budget"):
+        CompactorSettings()
+
+
+def test_the_catalog_availability_is_exported_from_the_guard():
+    clock = {"now": 100.0}
+    guard = OutageGuard(
+        "catalog", OutagePolicy(budget=60), clock=lambda: clock["now"], sleep=lambda s: None
+    )
+    metrics = ServiceMetrics()
+    metrics.watch_catalog(guard.stats)
+    assert "lakestream_compactor_catalog_seconds_since_success NaN" in metrics.exposition().decode()
+
+    failures = iter([StoreFailure.CONNECTION, StoreFailure.CONNECTION, StoreFailure.RESTARTING])
+
+    def flaky() -> int:
+        kind = next(failures, None)
+        if kind is None:
+            return 1
+        clock["now"] += 2.0
+        raise TransientStoreError("catalog connection failed", OSError("refused"), kind)
+
+    guard.call("heads", flaky)
+    clock["now"] += 7.5
+    text = metrics.exposition().decode()
+    assert "lakestream_compactor_catalog_seconds_since_success 7.5" in text
+    assert 'lakestream_compactor_catalog_retries_total{kind="connection"} 2.0' in text
+    assert 'lakestream_compactor_catalog_retries_total{kind="restarting"} 1.0' in text
+    assert "lakestream_compactor_catalog_outages_total 1.0" in text
+    assert "lakestream_compactor_catalog_outage_seconds 0.0" in text

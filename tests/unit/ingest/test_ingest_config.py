@@ -158,3 +158,24 @@ def test_the_old_dead_letter_table_key_still_works(tmp_path: Path) -> None:
 def test_the_old_and_the_new_dead_letter_table_key_together_are_refused(tmp_path: Path) -> None:
     line = refusal(tmp_path, dead_letter_table="a.b", dead_letters={"table": "c.d"})
     assert "dead_letter_table is the old name of dead_letters.table" in line
+
+
+def with_catalog(tmp_path: Path, **catalog: object) -> dict[str, object]:
+    return {"catalog": {"dsn": "postgresql://u:secret@db/lake", **catalog}}
+
+
+def test_the_outage_budget_is_five_minutes_unless_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert settings(tmp_path).catalog.outage_budget == 300.0
+    assert (
+        settings(tmp_path, top=with_catalog(tmp_path, outage_budget=45)).catalog.outage_budget
+        == 45.0
+    )
+    monkeypatch.setenv("LAKESTREAM_INGEST_CATALOG__OUTAGE_BUDGET", "12.5")
+    assert settings(tmp_path).catalog.outage_budget == 12.5
+
+
+def test_a_negative_outage_budget_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    line = refusal(tmp_path, **with_catalog(tmp_path, outage_budget=-1))
+    assert line.startswith("catalog.outage_budget:") and "\n" not in line
