@@ -98,6 +98,9 @@ class CoordinatorLoop:
         outage = self.coordinator.guard.stats().outage_s
         if outage is not None:  # the round is waiting for the catalog (within the budget)
             detail["catalog_outage_s"] = round(outage, 1)
+            # Healthy while the outage is waited out: the budget, not an orchestrator restarting
+            # the service mid-failover, decides when to give up (the process exits then).
+            ok = age is not None
         if self._workers_alive is not None:
             alive, wanted = self._workers_alive()
             self.metrics.workers_alive.set(alive)

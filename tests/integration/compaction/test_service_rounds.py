@@ -175,3 +175,35 @@ def test_a_task_of_a_dropped_table_goes_with_it(catalog: Catalog, queue: TaskQue
     assert (report.tables, report.tasks_queued) == (0, 0)
     assert coordinator.tables == {}
     assert live.table == "shop.orders"
+
+
+def test_the_service_stays_healthy_while_it_waits_out_an_outage_within_its_budget(
+    catalog: Catalog,
+):
+    from catalog import CatalogUnavailableError, OutageGuard, OutagePolicy
+    from compaction.metrics import ServiceMetrics
+    from compaction.service import CoordinatorLoop, LoopSettings
+
+    now = [0.0]
+    guard = OutageGuard(
+        "catalog", OutagePolicy(budget=300), clock=lambda: now[0], sleep=lambda s: None
+    )
+    coordinator = Coordinator(catalog, TaskQueue(catalog.store), clock=lambda: now[0], guard=guard)
+    loop = CoordinatorLoop(
+        coordinator, ServiceMetrics(), settings=LoopSettings(poll_seconds=1), clock=lambda: now[0]
+    )
+    loop.run_round()
+    assert loop.health().ok
+    seen = []
+
+    def catalog_down_for_200_s() -> None:
+        if not seen:
+            seen.append(loop.health())
+            now[0] = 200.0  # well past /healthz's staleness (63 s here), within the budget
+            raise CatalogUnavailableError("connection refused")
+        seen.append(loop.health())
+
+    guard.call("round", catalog_down_for_200_s)
+    during = seen[1]
+    assert during.ok and during.detail["catalog_outage_s"] == 200.0
+    assert not loop.health().ok  # the outage is over and still no round: stale again
