@@ -13,9 +13,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -39,6 +39,7 @@ from compaction.worker import Worker
 from jobs.settings import redact_dsn
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.outage import CrashablePostgres
+from tests.fixtures.waits import wait_for
 from tests.integration.compaction.support import files_on_disk, plan_tasks, rows_at
 
 pytestmark = pytest.mark.integration
@@ -46,16 +47,6 @@ ROOT = Path(__file__).resolve().parents[3]
 EVENTS = pa.schema([("id", pa.int64()), ("region", pa.string())])
 SMALL_FILES = {"compaction.min-file-num": "3"}
 LEASE = dt.timedelta(seconds=2)
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], what: str, timeout: float = 120.0) -> T:
-    """Poll until ``check()`` is truthy (a wait, not a timed assertion)."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.1)
-    return value
 
 
 def small_files(catalog: Catalog, name: str, regions: int, appends: int, start: int = 0) -> Table:

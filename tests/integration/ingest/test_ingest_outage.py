@@ -14,12 +14,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -27,22 +26,13 @@ import yaml
 from catalog import Catalog, TableNotFoundError
 from jobs.settings import redact_dsn
 from tests.fixtures.outage import CrashablePostgres
+from tests.fixtures.waits import wait_for
 from tests.integration.ingest.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
 TABLE = "outage.events"
 SECRET = "s3cret-pw"
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], what: str, timeout: float = 180.0) -> T:
-    """Poll until ``check()`` is truthy (a wait, not a timed assertion)."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.2)
-    return value
 
 
 class Job:
@@ -154,7 +144,9 @@ def test_an_outage_longer_than_the_budget_stops_the_job_with_one_line_and_a_rest
     try:
         with producing(feed, kafka):
             with Catalog.connect(dsn) as catalog:
-                wait_for(lambda: versions(catalog) >= 2 or not job.alive(), "the first commits")
+                wait_for(
+                    lambda: versions(catalog) >= 2 or not job.alive(), "the first commits", 180
+                )
                 assert job.alive(), job.text()[-3000:]
             outage_pg.crash()
             code = job.wait()
