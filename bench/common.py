@@ -128,21 +128,40 @@ def same_rows(left: pa.Table, right: pa.Table) -> bool:
 # ------------------------------------------------------------------------------- catalog
 
 
+@dataclass(frozen=True)
+class BenchServer:
+    catalog: Catalog
+    dsn: str
+    """For processes of their own (the compactor service), as a deployment hands them
+    ``LAKESTREAM_CATALOG_DSN``."""
+    warehouse: Path
+    pg_version: str
+
+
 @contextmanager
-def bench_catalog(warehouse: Path) -> Iterator[tuple[Catalog, str]]:
-    """A catalog on a throwaway PostgreSQL server (fsync off, see jobs.localpg), and its version."""
+def bench_server(warehouse: Path) -> Iterator[BenchServer]:
+    """A catalog on a throwaway PostgreSQL server (fsync off, see jobs.localpg), its DSN and the
+    server version; all torn down."""
     pg = LocalPostgres.start()
     try:
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {_BENCH_DB}")
             row = conn.execute("SHOW server_version").fetchone()
-        catalog = Catalog.connect(pg.dsn(_BENCH_DB), warehouse=warehouse)
+        dsn = pg.dsn(_BENCH_DB)
+        catalog = Catalog.connect(dsn, warehouse=warehouse)
         try:
-            yield catalog, str(row[0]) if row else "?"
+            yield BenchServer(catalog, dsn, warehouse, str(row[0]) if row else "?")
         finally:
             catalog.close()
     finally:
         pg.stop()
+
+
+@contextmanager
+def bench_catalog(warehouse: Path) -> Iterator[tuple[Catalog, str]]:
+    """A catalog on a throwaway PostgreSQL server, and its version (see :func:`bench_server`)."""
+    with bench_server(warehouse) as server:
+        yield server.catalog, server.pg_version
 
 
 # ------------------------------------------------------------------------------- figures

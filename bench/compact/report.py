@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 
 from bench.common import median_ms, percentile_ms
-from bench.compact.phases import PHASES
 from bench.compact.steady import (
     GOAL_RATIO,
     TREND_TOLERANCE,
@@ -15,6 +14,7 @@ from bench.compact.steady import (
     ratios,
     trend,
 )
+from bench.read.phases import PHASES
 
 
 def render_steady(result: SteadyResult) -> list[str]:
@@ -83,7 +83,7 @@ def phase_lines(result: SteadyResult) -> list[str]:
     latest, compacted = last.phases["latest"], last.phases["compacted"]
     lines = [
         f"Where the reads of the last checkpoint (commit {last.commits:,}) spend their time: "
-        "phase-timed copies of both reads (bench/compact/phases.py, buckets one by one, "
+        "phase-timed copies of both reads (bench/read/phases.py, buckets one by one, "
         "same alternation; medians):",
         "",
         "| phase | what | latest ms | compacted ms |",

@@ -23,10 +23,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import environment, load_average, progress, quiet_logging
+from bench.common import bench_server, environment, load_average, progress, quiet_logging
 from bench.compact.append import render_append, run_append
 from bench.compact.report import render_steady
-from bench.compact.server import bench_server
 from bench.compact.steady import SteadyArgs, run_steady
 
 SCENARIOS = ("append", "steady")

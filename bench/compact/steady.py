@@ -31,6 +31,7 @@ import pyarrow as pa
 from bench.common import (
     PRIMARY_KEY,
     SCHEMA,
+    BenchServer,
     change_batches,
     expected_final,
     load_average,
@@ -40,9 +41,8 @@ from bench.common import (
 )
 from bench.compact.compactor import CompactorProcess, CompactorUsage
 from bench.compact.lag import Compaction, Lag, Upsert, compactions, lags
-from bench.compact.phases import read_phases
-from bench.compact.server import BenchServer
 from bench.read.compact import compact
+from bench.read.phases import merged_phases as read_phases
 from catalog import Catalog, CommitOp, Table
 
 #: Goals: merge-on-read of the latest version at most this many times the compacted read...

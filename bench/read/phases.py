@@ -61,7 +61,11 @@ class _Clock:
 
 
 def merged_phases(table: Table, version: int) -> dict[str, float]:
-    """``Table.scan(version=...).to_arrow()`` of merge-on-read buckets, phase by phase."""
+    """``Table.scan(version=...).to_arrow()`` of merge-on-read buckets, phase by phase.
+
+    A bucket that plans as a plain scan (one compacted file, as under a running compactor) is
+    timed by its own kind, with the same steps ``compacted_phases`` takes.
+    """
     clock = _Clock()
     scan = clock.run("plan", table.scan, version=version)
     meta = scan.meta
@@ -81,6 +85,10 @@ def merged_phases(table: Table, version: int) -> dict[str, float]:
     compared = [*meta.primary_key, *([meta.sequence_column] if meta.sequence_column else [])]
     batches: list[pa.RecordBatch] = []
     for part in scan.partitions():
+        if not part.merge:
+            plain = clock.run("decode", _decode_plain, meta.location, part.files, meta.schema)
+            batches += clock.run("assemble", _conform, plain, scan.schema)
+            continue
         paths = [str(Path(meta.location) / f.path) for f in part.files]
         runs = clock.run("decode", _read_runs, paths, merge.read, None, compared=compared)
         merged = clock.run("merge", merge_runs, runs, meta.primary_key, meta.sequence_column)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.common import bench_server
 from bench.compact.append import render_append, run_append
 from bench.compact.report import render_steady
-from bench.compact.server import bench_server
 from bench.compact.steady import SteadyArgs, run_steady
 
 pytestmark = pytest.mark.integration

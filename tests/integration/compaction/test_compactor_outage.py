@@ -5,7 +5,6 @@ service with one line (exit 1) while a restart finishes the work."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 import subprocess
@@ -38,6 +37,7 @@ from compaction.task import COMPACTOR_WRITER_PREFIX
 from compaction.worker import Worker
 from jobs.settings import redact_dsn
 from tests.fixtures.faultproxy import FaultProxy
+from tests.fixtures.jsonlog import events_named
 from tests.fixtures.outage import CrashablePostgres
 from tests.fixtures.waits import wait_for
 from tests.integration.compaction.support import files_on_disk, plan_tasks, rows_at
@@ -166,15 +166,7 @@ def service(dsn: str, warehouse: Path, log: Path, **env: str) -> subprocess.Pope
 
 
 def events(log: Path, name: str) -> list[dict[str, Any]]:
-    found = []
-    for line in log.read_text().splitlines():
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(parsed, dict) and parsed.get("event") == name:
-            found.append(parsed)
-    return found
+    return events_named(log.read_text(), name)
 
 
 def settled(dsn: str) -> bool:

@@ -8,7 +8,6 @@ processing-time trigger) while a producer keeps writing; the catalog's PostgreSQ
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ import yaml
 
 from catalog import Catalog, TableNotFoundError
 from jobs.settings import redact_dsn
+from tests.fixtures.jsonlog import events_named
 from tests.fixtures.outage import CrashablePostgres
 from tests.fixtures.waits import wait_for
 from tests.integration.ingest.feeds import Feed, stored_offsets
@@ -79,15 +79,7 @@ class Job:
         return self.log.read_text()
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.text().splitlines():
-            try:
-                parsed = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(parsed, dict) and parsed.get("event") == name:
-                found.append(parsed)
-        return found
+        return events_named(self.text(), name)
 
 
 def job_config(dsn: str, warehouse: Path, kafka, topic: str, *, budget: float) -> dict:
