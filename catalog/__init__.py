@@ -3,7 +3,7 @@
 Never imports pyspark: Spark, the compactor and plain Python programs all use it alike.
 """
 
-from catalog.catalog import Catalog, Table, Transaction, VersionInfo, WriterProgress
+from catalog.catalog import Catalog, WriterProgress
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
@@ -32,6 +32,8 @@ from catalog.model import (
 from catalog.outage import OutageGuard, OutagePolicy
 from catalog.retry import RetryPolicy
 from catalog.store import StoreSettings
+from catalog.table import Table, VersionInfo
+from catalog.transaction import Transaction
 
 __all__ = [
     "CatalogError",

@@ -87,7 +87,7 @@ from catalog.writes import (
 )
 
 if TYPE_CHECKING:
-    from catalog.catalog import Table
+    from catalog.table import Table
 
 log = structlog.get_logger("lakestream.catalog.dml")
 

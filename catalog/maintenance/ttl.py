@@ -25,7 +25,7 @@ from catalog.partitioning import typed_value
 from catalog.planning import PartitionScan
 
 if TYPE_CHECKING:
-    from catalog.catalog import Table
+    from catalog.table import Table
 
 log = structlog.get_logger("lakestream.catalog.maintenance")
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog, CommitOp, SchemaError, StatementError
-from catalog.catalog import Table
+from catalog.table import Table
 
 pytestmark = pytest.mark.integration
 ORDERS = pa.schema(

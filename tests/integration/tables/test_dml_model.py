@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog, CommitConflict, CommitOp, RetryPolicy
-from catalog.catalog import Table
 from catalog.dml import run_statement
 from catalog.model import ROW_KIND_COLUMN, ROW_KIND_UPSERT, UNSET_COLUMN, UNSET_TYPE
+from catalog.table import Table
 from catalog.writes import changes, stage_changes
 from jobs.table_compact import compact_table
 

@@ -1,0 +1,541 @@
+"""A table of the catalog: reads, time travel, row writes, schema changes and maintenance.
+
+Separate from :mod:`catalog.catalog` so that each stays readable; a :class:`Table` always belongs to
+the :class:`~catalog.catalog.Catalog` that loaded it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+
+from catalog.dml import StatementResult, WhereSpec, run_statement
+from catalog.errors import (
+    CatalogError,
+    CommitConflict,
+    ConflictKind,
+    MaintenanceConfigError,
+    SchemaError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
+from catalog.files.writer import WriteOptions
+from catalog.maintenance.expiry import ExpiryReport, check_horizon, expire_versions
+from catalog.maintenance.policy import MaintenancePolicy, check_retain_last, ttl_column
+from catalog.maintenance.ttl import TtlReport, drop_expired_partitions
+from catalog.maintenance.vacuum import Vacuum, VacuumReport
+from catalog.meta import TableMeta
+from catalog.model import (
+    CommitOp,
+    CommitRequest,
+    CommitResult,
+    IdempotencyKey,
+    PartitionCommit,
+    TableCommit,
+)
+from catalog.planning import PartitionFilter, ScanPlan, plan_scan
+from catalog.queries import query
+from catalog.retry import RetryPolicy
+from catalog.scan import FilterSpec, Scan, ScanFilter, partition_filter
+from catalog.schema_changes import plan_schema_change, record_schema
+from catalog.snapshots import all_partition_heads, load_snapshots, partition_heads
+from catalog.store import translate_errors
+from catalog.writes import (
+    DEFAULT_WRITE_OPTIONS,
+    conform,
+    deletes,
+    key_and_partition_columns,
+    stage_append,
+    stage_changes,
+    upserts,
+)
+
+if TYPE_CHECKING:
+    from catalog.catalog import Catalog
+
+log = structlog.get_logger("lakestream.catalog")
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One entry of a table's history."""
+
+    version: int
+    op: CommitOp
+    committed_at: dt.datetime
+    commit_id: uuid.UUID
+    writer_id: str
+    batch_id: int
+    summary: Mapping[str, Any]
+
+    @property
+    def files_added(self) -> int:
+        return int(self.summary.get("files_added", 0))
+
+    @property
+    def rows_added(self) -> int:
+        return int(self.summary.get("rows_added", 0))
+
+
+class Table:
+    """A handle on one table; metadata is as loaded (call :meth:`refresh` for newer schema)."""
+
+    def __init__(self, catalog: Catalog, meta: TableMeta) -> None:
+        self.catalog = catalog
+        self.meta = meta
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r}, kind={self.meta.kind}, id={self.meta.table_id})"
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.name)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.meta.schema
+
+    def refresh(self) -> Table:
+        self.meta = self.catalog.load_table(self.name).meta
+        return self
+
+    def current_version(self) -> int:
+        row = self.catalog.store.fetch_one(query("table_head"), {"table_id": self.meta.table_id})
+        if row is None:
+            raise TableNotFoundError(self.name)
+        return int(row["version"])
+
+    def resolve_version(self, version: int | None = None, as_of: dt.datetime | None = None) -> int:
+        """The table version a read at ``version`` / ``as_of`` (default: latest) sees.
+
+        Below the expiry horizon (see :meth:`expire_versions`) it raises
+        :class:`VersionExpiredError` naming the oldest version kept."""
+        if version is not None and as_of is not None:
+            raise ValueError("give version or as_of, not both")
+        latest = self.current_version()
+        if version is not None:
+            if not 0 <= version <= latest:
+                raise VersionNotFoundError(f"{self.name} has versions 0..{latest}, not {version}")
+            self._check_horizon(version, f"version {version}")
+            return version
+        if as_of is not None:
+            at = as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.UTC)
+            row = self.catalog.store.fetch_one(
+                query("version_at_time"), {"table_id": self.meta.table_id, "at": at}
+            )
+            found = int(row["version"]) if row is not None else 0
+            self._check_horizon(found, f"time {at.isoformat()}")
+            return found
+        return latest
+
+    def _check_horizon(self, version: int, asked: str) -> None:
+        with self.catalog.store.connection() as conn, translate_errors():
+            check_horizon(conn, self.meta, version, asked)
+
+    def plan(
+        self,
+        *,
+        version: int | None = None,
+        as_of: dt.datetime | None = None,
+        partitions: Sequence[str] | None = None,
+        partition_filter: PartitionFilter | None = None,
+    ) -> ScanPlan:
+        """Which files a read of this table at a version sees, partition by partition.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached. Reads fail
+                fast (they are interactive); long-running writers wait outages out with
+                :class:`catalog.OutageGuard` instead.
+        """
+        table_version = self.resolve_version(version, as_of)
+        with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
+            # one snapshot for the horizon and every row read, so a concurrent expiry either
+            # shows its horizon (error) or none of its removals (see catalog.maintenance.expiry)
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            check_horizon(conn, self.meta, table_version, f"version {table_version}")
+            if partitions is not None:
+                found = partition_heads(conn, self.meta.table_id, partitions, table_version)
+                heads = [h for h in found.values() if h is not None]
+            else:
+                heads = all_partition_heads(conn, self.meta.table_id, table_version)
+            if partition_filter is not None:
+                heads = [
+                    h for h in heads if partition_filter(self.meta.spec.parse(h.partition_desc)[0])
+                ]
+            snapshots = load_snapshots(conn, self.meta.table_id, heads)
+        return plan_scan(self.meta, table_version, snapshots)
+
+    def history(self, limit: int = 100, after: int = 0) -> list[VersionInfo]:
+        """Versions newest first: op, time, writer and batch, files and rows."""
+        rows = self.catalog.store.fetch_all(
+            query("table_history"),
+            {"table_id": self.meta.table_id, "limit": limit, "after": after},
+        )
+        return [
+            VersionInfo(
+                version=r["version"],
+                op=CommitOp(r["commit_op"]),
+                committed_at=r["committed_at"],
+                commit_id=r["commit_id"],
+                writer_id=r["writer_id"],
+                batch_id=r["batch_id"],
+                summary=r["summary"],
+            )
+            for r in rows
+        ]
+
+    def commit(
+        self,
+        op: CommitOp,
+        partitions: Sequence[PartitionCommit],
+        *,
+        base_version: int | None = None,
+        key: IdempotencyKey | None = None,
+        source_offsets: dict[str, object] | None = None,
+        record_progress: bool = True,
+    ) -> CommitResult:
+        """Commit file operations to this table (the low-level API; see Catalog.commit).
+        ``record_progress=False``: a one-off writer that keeps no progress row."""
+        request = CommitRequest(
+            tables=(
+                TableCommit(
+                    table=self.name, op=op, partitions=tuple(partitions), base_version=base_version
+                ),
+            ),
+            key=key or IdempotencyKey.anonymous(),
+            source_offsets=source_offsets,
+            record_progress=record_progress,
+        )
+        return self.catalog.commit(request, known={self.name: self.meta})
+
+    # -- data -------------------------------------------------------------------------------
+
+    def scan(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: FilterSpec = None,
+        version: int | None = None,
+        as_of: dt.datetime | None = None,
+    ) -> Scan:
+        """Read the table at the latest version, a version, or a point in time.
+
+        ``filter`` takes predicates such as ``[("region", "=", "eu"), ("id", ">", 10)]``
+        (they prune partitions, buckets and files) or a ``pyarrow.compute`` expression.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached (within the
+                store's ``connect_timeout``). A read never waits out an outage: it is
+                interactive, so it fails fast and leaves retrying to its caller.
+        """
+        self.refresh()
+        scan_filter = ScanFilter.of(filter)
+        pruned = partition_filter(self.meta, scan_filter)  # before any snapshot is loaded
+        plan = self.plan(version=version, as_of=as_of, partition_filter=pruned)
+        return Scan(self.meta, plan, columns, scan_filter)
+
+    def append(
+        self,
+        data: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult:
+        """Append rows to an append table: files near the target size, one append commit."""
+        self.refresh()
+        return self._commit_rebasing(
+            lambda base: stage_append(self.meta, data, options or DEFAULT_WRITE_OPTIONS, base),
+            key,
+            depends_on_state=False,
+        )
+
+    def upsert(
+        self,
+        data: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult:
+        """Insert or replace rows by primary key: one sorted run per touched bucket."""
+        self.refresh()
+        moves = not set(self.meta.spec.columns) <= set(self.meta.primary_key)
+
+        def stage(base: int) -> TableCommit:
+            changes = upserts(self.meta, data)
+            if moves:  # a key whose partition value changed leaves its old partition
+                changes = pa.concat_tables([changes, self._moved_key_deletes(changes, base)])
+            return stage_changes(self.meta, changes, options or DEFAULT_WRITE_OPTIONS, base)
+
+        return self._commit_rebasing(stage, key, depends_on_state=moves)
+
+    @overload
+    def delete(
+        self,
+        keys: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult: ...
+
+    @overload
+    def delete(
+        self,
+        *,
+        where: WhereSpec,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> StatementResult: ...
+
+    def delete(
+        self,
+        keys: pa.Table | None = None,
+        *,
+        where: WhereSpec | None = None,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> CommitResult | StatementResult:
+        """Delete rows by primary key (``keys``, CDC tables; partition columns are looked up
+        when not given), or every row matching ``where`` (both table kinds, one commit; see
+        :mod:`catalog.dml`)."""
+        if (keys is None) == (where is None):
+            raise TypeError("delete() takes keys (a pyarrow Table) or where=..., not both")
+        if where is not None:
+            return run_statement(self, where, None, key=key, options=options, retry=retry)
+        assert keys is not None
+        return self._delete_keys(keys, key=key, options=options)
+
+    def update(
+        self,
+        *,
+        where: WhereSpec,
+        set: Mapping[str, object],
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> StatementResult:
+        """Set columns of every row matching ``where`` (both table kinds, one commit).
+
+        Append tables rewrite the files holding matches (an ``update`` commit); CDC tables
+        write the matching keys' new rows as a merge run. A statement that loses to a
+        concurrent append or merge is evaluated again on the new version (see
+        :mod:`catalog.dml`)."""
+        return run_statement(self, where, set, key=key, options=options, retry=retry)
+
+    def _delete_keys(
+        self,
+        keys: pa.Table,
+        *,
+        key: IdempotencyKey | None = None,
+        options: WriteOptions | None = None,
+    ) -> CommitResult:
+        self.refresh()
+        lookup = not set(self.meta.spec.columns) <= set(keys.column_names)
+
+        def stage(base: int) -> TableCommit:
+            located = self._locate(keys, base) if lookup else keys
+            return stage_changes(
+                self.meta, deletes(self.meta, located), options or DEFAULT_WRITE_OPTIONS, base
+            )
+
+        return self._commit_rebasing(stage, key, depends_on_state=lookup)
+
+    def _commit_rebasing(
+        self,
+        stage: Callable[[int], TableCommit],
+        key: IdempotencyKey | None,
+        *,
+        depends_on_state: bool,
+        attempts: int = 5,
+    ) -> CommitResult:
+        """Commit, and on a concurrent-write conflict rebase: re-stage only if the written
+        content depended on the table's state (a key lookup); otherwise the same files land on
+        the new version, which is what re-running the write would produce."""
+        base = self.current_version()
+        commit = stage(base)
+        for attempt in range(1, attempts + 1):
+            request = CommitRequest(tables=(commit,), key=key or IdempotencyKey.anonymous())
+            try:
+                return self.catalog.commit(request, known={self.name: self.meta})
+            except CommitConflict as exc:
+                if exc.kind is not ConflictKind.CONCURRENT_WRITE or attempt == attempts:
+                    raise
+                base = self.current_version()
+                commit = (
+                    stage(base)
+                    if depends_on_state
+                    else commit.model_copy(update={"base_version": base})
+                )
+        raise AssertionError("unreachable")
+
+    def _locate(self, keys: pa.Table, version: int) -> pa.Table:
+        """The given keys as they exist at ``version``, with their partition columns."""
+        pk = list(self.meta.primary_key)
+        missing = [c for c in pk if c not in keys.column_names]
+        if missing:
+            raise SchemaError(
+                f"deletes need key column {missing[0]!r}", table=self.name, column=missing[0]
+            )
+        wanted = conform(self.meta, keys.select(pk), keys_only=True)
+        columns = key_and_partition_columns(self.meta)
+        if wanted.num_rows == 0:
+            return pa.schema([self.meta.schema.field(c) for c in columns]).empty_table()
+        found = Scan(
+            self.meta,
+            self.plan(version=version),
+            columns,
+            ScanFilter.of([(pk[0], "in", pc.unique(wanted.column(pk[0])).to_pylist())]),
+        ).to_arrow()
+        return found.join(wanted, keys=pk, join_type="inner")
+
+    def _moved_key_deletes(self, changes: pa.Table, version: int) -> pa.Table:
+        pk = list(self.meta.primary_key)
+        parts = [c for c in self.meta.spec.columns if c not in pk]
+        located = self._locate(changes.select(pk), version)
+        if located.num_rows == 0:
+            return deletes(self.meta, located)
+        new = changes.select([*pk, *parts]).rename_columns([*pk, *(f"__new_{c}" for c in parts)])
+        joined = located.join(new, keys=pk, join_type="inner")
+        moved = None
+        for column in parts:
+            old_v, new_v = joined.column(column), joined.column(f"__new_{column}")
+            differs = pc.fill_null(
+                pc.not_equal(old_v, new_v), pc.xor(pc.is_null(old_v), pc.is_null(new_v))
+            )
+            moved = differs if moved is None else pc.or_(moved, differs)
+        return deletes(self.meta, joined.filter(moved).select([*pk, *parts]))
+
+    def evolve_schema(self, new_schema: pa.Schema, *, allow_drop: bool = False) -> Table:
+        """Change the schema: add nullable columns, widen types, drop (if allowed) columns.
+
+        Files written under older schemas read under the new one (added columns null, widened
+        types cast). An incompatible change raises :class:`SchemaError` naming the column.
+        """
+        for _ in range(5):
+            self.refresh()
+            target = plan_schema_change(self.meta, new_schema, allow_drop=allow_drop)
+            if target is None:
+                return self
+            with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
+                conn.execute(query("lock_tables"), {"table_ids": [self.meta.table_id]})
+                new_id = record_schema(
+                    conn, self.meta.table_id, self.meta.current_schema_id, target
+                )
+            if new_id is not None:
+                log.info("schema_changed", table=self.name, schema_id=new_id)
+                return self.refresh()
+        raise CatalogError(f"the schema of {self.name} kept changing; try again")
+
+    def add_column(self, name: str, arrow_type: pa.DataType) -> Table:
+        """Add a nullable column (old rows read it as null)."""
+        self.refresh()
+        return self.evolve_schema(self.schema.append(pa.field(name, arrow_type, nullable=True)))
+
+    def widen_column(self, name: str, arrow_type: pa.DataType) -> Table:
+        """Widen a column's type (int32 -> int64, float32 -> float64, larger decimal, ...)."""
+        index = self._column_index(name)
+        field = self.schema.field(index)
+        return self.evolve_schema(self.schema.set(index, field.with_type(arrow_type)))
+
+    def drop_column(self, name: str) -> Table:
+        """Drop a column (its name can never be reused in this table)."""
+        return self.evolve_schema(self.schema.remove(self._column_index(name)), allow_drop=True)
+
+    def _column_index(self, name: str) -> int:
+        self.refresh()
+        index = self.schema.get_field_index(name)
+        if index < 0:
+            raise SchemaError(
+                f"column {name!r} is not in {self.name}", table=self.name, column=name
+            )
+        return int(index)
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def expire_versions(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        retain_last: int | None = None,
+        keep: int | None = None,
+        dry_run: bool = False,
+    ) -> ExpiryReport:
+        """Expire versions older than ``older_than`` beyond the newest ``retain_last`` (defaults:
+        the ``snapshot.time-retained`` / ``snapshot.retain-last`` properties, 7d / 100).
+
+        Never the latest version, ``keep`` or newer, a writer's last idempotency key, or a
+        prepared commit's rows. Files only expired versions used are handed to cleanup;
+        :meth:`vacuum` deletes them. Time travel below the new horizon then raises
+        :class:`VersionExpiredError`. See :mod:`catalog.maintenance.expiry`."""
+        self.refresh()
+        policy = MaintenancePolicy.of(self.meta)
+        if older_than is not None and older_than < dt.timedelta(0):
+            raise MaintenanceConfigError("older_than must not be negative", table=self.name)
+        last = policy.retain_last if retain_last is None else retain_last
+        return expire_versions(
+            self.catalog.store,
+            self.meta,
+            older_than=policy.time_retained if older_than is None else older_than,
+            retain_last=check_retain_last(last, self.name, "retain_last"),
+            keep=keep,
+            dry_run=dry_run,
+        )
+
+    def vacuum(
+        self, *, older_than: dt.timedelta | None = None, dry_run: bool = False
+    ) -> VacuumReport:
+        """Delete files handed to cleanup and orphan files, older than ``older_than`` (default:
+        the ``vacuum.older-than`` property, 1h), that no retained version and no prepared commit
+        names. See :mod:`catalog.maintenance.vacuum` for why concurrent commits are safe."""
+        self.refresh()
+        threshold = MaintenancePolicy.of(self.meta).vacuum_older_than
+        if older_than is not None and older_than < dt.timedelta(0):
+            raise MaintenanceConfigError("older_than must not be negative", table=self.name)
+        return Vacuum(
+            self.catalog.store,
+            self.meta,
+            older_than=threshold if older_than is None else older_than,
+        ).run(dry_run=dry_run)
+
+    def drop_expired_partitions(
+        self,
+        *,
+        ttl: dt.timedelta | None = None,
+        now: dt.datetime | None = None,
+        dry_run: bool = False,
+    ) -> TtlReport | None:
+        """Drop the partitions older than ``ttl`` (default: the ``partition.ttl`` property) in
+        one ``update`` commit; None when the table has no TTL."""
+        self.refresh()
+        policy = MaintenancePolicy.of(self.meta)
+        window = ttl if ttl is not None else policy.partition_ttl
+        if window is None:
+            return None
+        return drop_expired_partitions(
+            self, ttl=window, column=ttl_column(self.meta), now=now, dry_run=dry_run
+        )
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.meta
+        return {
+            "name": self.name,
+            "table_id": str(meta.table_id),
+            "kind": meta.kind,
+            "location": meta.location,
+            "primary_key": list(meta.primary_key),
+            "partition_by": list(meta.spec.columns),
+            "hash_buckets": meta.spec.hash_buckets,
+            "schema_id": meta.current_schema_id,
+            "schema": [
+                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema
+            ],
+            "properties": dict(meta.properties),
+            "version": self.current_version(),
+        }
