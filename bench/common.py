@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pyarrow as pa
-import structlog
 from deltalake import DeltaTable
 
 from bench.machine import cpu_model, git_head, ram_gib
@@ -48,8 +47,7 @@ _BENCH_DB = "bench"
 
 def quiet_logging() -> None:
     """Drop the catalog's one-info-line-per-commit: printing it would be timed with the commit."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("lakestream").setLevel(logging.WARNING)
 
 
 # ------------------------------------------------------------------------------- workload

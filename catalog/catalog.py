@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import structlog
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
@@ -31,6 +30,7 @@ from catalog.errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
+from catalog.logs import get_logger
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
 from catalog.model import (
     UNAWARE_BUCKET,
@@ -46,7 +46,7 @@ from catalog.store import PgStore, StoreSettings, translate_errors
 from catalog.table import Table
 from catalog.transaction import Transaction
 
-log = structlog.get_logger("lakestream.catalog")
+log = get_logger("lakestream.catalog")
 
 DEFAULT_HASH_BUCKETS = 4
 WAREHOUSE_PROPERTY = "warehouse"

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
-import structlog
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
@@ -52,6 +51,7 @@ from catalog.errors import (
     ConflictKind,
     SchemaError,
 )
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.model import (
     CommitOp,
@@ -70,7 +70,7 @@ from catalog.schema_changes import plan_schema_change, record_schema
 from catalog.snapshots import PartitionHead, head_from_row, load_snapshots, partition_heads
 from catalog.store import LockBusy, PgStore, TransientStoreError, translate_errors
 
-log = structlog.get_logger("lakestream.catalog.commit")
+log = get_logger("lakestream.catalog.commit")
 
 #: Every publish notifies this channel with the id of each table it gave a new version
 #: (``LISTEN lakestream_commit``); the compactor's coordinator wakes on it.

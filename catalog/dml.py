@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import structlog
 
 from catalog.errors import (
     CatalogError,
@@ -59,6 +58,7 @@ from catalog.errors import (
 from catalog.files.pruning import Predicate, may_contain, to_expression
 from catalog.files.reader import read_files, read_merged_buckets
 from catalog.files.writer import WriteOptions, write_data_files
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.model import (
     ROW_KIND_COLUMN,
@@ -89,7 +89,7 @@ from catalog.writes import (
 if TYPE_CHECKING:
     from catalog.table import Table
 
-log = structlog.get_logger("lakestream.catalog.dml")
+log = get_logger("lakestream.catalog.dml")
 
 #: Retries of a statement that lost to a concurrent append or merge. Each attempt re-reads and
 #: rewrites, so the budget is larger in time than a plain commit's.

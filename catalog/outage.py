@@ -36,9 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
-import structlog
-
 from catalog.errors import CatalogOutageError, CatalogUnavailableError
+from catalog.logs import get_logger
 from catalog.retry import RetryPolicy
 from catalog.store import TransientStoreError
 
@@ -126,7 +125,7 @@ class OutageGuard:
         self._clock = clock
         self._sleep = sleep
         self._rand = rand
-        self._log: _Log = log or structlog.get_logger("lakestream.catalog.outage")
+        self._log: _Log = log or get_logger("lakestream.catalog.outage")
         self._lock = threading.Lock()
         self._state = _State()
 

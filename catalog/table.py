@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import structlog
 
 from catalog.dml import StatementResult, WhereSpec, run_statement
 from catalog.errors import (
@@ -27,6 +26,7 @@ from catalog.errors import (
     VersionNotFoundError,
 )
 from catalog.files.writer import WriteOptions
+from catalog.logs import get_logger
 from catalog.maintenance.expiry import ExpiryReport, check_horizon, expire_versions
 from catalog.maintenance.policy import MaintenancePolicy, check_retain_last, ttl_column
 from catalog.maintenance.ttl import TtlReport, drop_expired_partitions
@@ -60,7 +60,7 @@ from catalog.writes import (
 if TYPE_CHECKING:
     from catalog.catalog import Catalog
 
-log = structlog.get_logger("lakestream.catalog")
+log = get_logger("lakestream.catalog")
 
 
 @dataclass(frozen=True)

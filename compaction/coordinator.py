@@ -27,8 +27,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import structlog
-
 from catalog import (
     Catalog,
     CatalogError,
@@ -38,6 +36,7 @@ from catalog import (
     TableNotFoundError,
 )
 from catalog.catalog import TableHead
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.planning import ScanPlan
 from compaction.backlog import Backlog, backlog, waiting_partitions
@@ -47,7 +46,7 @@ from compaction.policy import CompactionPolicy
 from compaction.queue import TaskQueue, TaskResult
 from compaction.task import CompactionTask, OutcomeStatus
 
-log = structlog.get_logger("lakestream.compaction.coordinator")
+log = get_logger("lakestream.compaction.coordinator")
 
 #: Outcomes after which the partition needs no new plan unless the table changes again.
 _SETTLED = {OutcomeStatus.COMMITTED.value, OutcomeStatus.ALREADY_DONE.value}

@@ -12,12 +12,12 @@ import time
 import uuid
 
 import psycopg
-import structlog
 from psycopg import sql
 
 from catalog.committer import COMMIT_CHANNEL
+from catalog.logs import get_logger
 
-log = structlog.get_logger("lakestream.compaction.listener")
+log = get_logger("lakestream.compaction.listener")
 
 
 class CommitListener:

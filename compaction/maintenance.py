@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import structlog
 from psycopg.types.json import Jsonb
 
 from catalog import Catalog, CatalogError, Table
+from catalog.logs import get_logger
 from catalog.maintenance import ExpiryReport, MaintenancePolicy, TtlReport, VacuumReport
 from catalog.queries import NamedQueries
 from catalog.store import TransientStoreError
@@ -38,7 +38,7 @@ from compaction.coordinator import matches
 from compaction.queue import TaskQueue
 
 _T = TypeVar("_T")
-log = structlog.get_logger("lakestream.compaction.maintenance")
+log = get_logger("lakestream.compaction.maintenance")
 query = NamedQueries("compaction", "sql/maintenance.sql")
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
-import structlog
 
 from catalog import (
     Catalog,
@@ -46,12 +45,13 @@ from catalog import (
 from catalog.errors import CatalogUnavailableError, VersionExpiredError
 from catalog.files.reader import read_merged, read_whole_files
 from catalog.files.writer import WriteOptions, write_data_file, write_data_files
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from compaction.errors import CompactionError
 from compaction.planner import bins_of
 from compaction.task import CompactionKind, CompactionOutcome, CompactionTask, OutcomeStatus
 
-log = structlog.get_logger("lakestream.compaction")
+log = get_logger("lakestream.compaction")
 
 
 class InvalidTaskError(CompactionError, ValueError):

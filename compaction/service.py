@@ -11,15 +11,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
-
 from catalog import CatalogError, CatalogOutageError
+from catalog.logs import get_logger
 from compaction.coordinator import Coordinator, RoundReport
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
 from compaction.metrics import Health, ServiceMetrics
 
-log = structlog.get_logger("lakestream.compaction.service")
+log = get_logger("lakestream.compaction.service")
 
 #: The longest a stop request waits for the loop to notice it.
 _STOP_CHECK_S = 0.5

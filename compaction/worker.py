@@ -33,14 +33,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import structlog
 from structlog.contextvars import bound_contextvars
 
 from catalog import Catalog, CatalogOutageError, CommitStateUnknown
+from catalog.logs import get_logger
 from compaction.queue import FAILED, Claim, QueueUnavailable, TaskQueue
 from compaction.task import CompactionOutcome, CompactionTask
 
-log = structlog.get_logger("lakestream.compaction.worker")
+log = get_logger("lakestream.compaction.worker")
 
 CompactFn = Callable[[Catalog, CompactionTask], CompactionOutcome]
 RELEASED = "released"

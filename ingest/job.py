@@ -20,9 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import structlog
-
 from catalog import Catalog, OutageGuard
+from catalog.logs import get_logger
 from ingest import startpoint
 from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt, Failpoint
@@ -33,7 +32,7 @@ from ingest.sink.batch import BatchSink, SinkSettings
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 
-log = structlog.get_logger("lakestream.ingest.job")
+log = get_logger("lakestream.ingest.job")
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,14 @@
-"""Logging inside Spark's Python workers, which never see the driver's structlog setup.
+"""Logging inside Spark's Python workers, which never see the driver's logging set-up.
 
-Configured once per worker process: JSON lines at the driver's level, so executor output
-is as machine-readable as the driver's and debug lines stay off unless asked for.
+Configured once per worker process on the driver's behalf: JSON lines at the driver's level, so
+executor output is as machine-readable as the driver's and debug lines stay off unless asked for.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 
-import structlog
+from catalog.logs import ROOT_LOGGER, send_to, structured_handler
 
 _configured: dict[str, str] = {}
 
@@ -17,17 +16,10 @@ _configured: dict[str, str] = {}
 def configure_worker_logging(level: str) -> None:
     if _configured.get("level") == level:
         return
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    send_to(structured_handler(json=True), level.upper())
     _configured["level"] = level
+
+
+def driver_level() -> str:
+    """The level lakestream's loggers pass on the driver, for the workers to use too."""
+    return logging.getLevelName(logging.getLogger(ROOT_LOGGER).getEffectiveLevel())

@@ -21,9 +21,8 @@ from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from types import FrameType
 
-import structlog
-
 from catalog import Catalog, CatalogError, CatalogOutageError, OutageGuard, OutagePolicy
+from catalog.logs import get_logger
 from compaction.coordinator import Coordinator
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
@@ -36,7 +35,7 @@ from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
 from jobs.settings import redact_dsn
 
-log = structlog.get_logger("lakestream.compactor")
+log = get_logger("lakestream.compactor")
 
 #: Exit codes: 0 done (or stopped cleanly), 1 a task or the service failed at run time.
 EXIT_OK, EXIT_FAILED = 0, 1

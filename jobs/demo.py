@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import structlog
 
 from catalog import (
     Catalog,
@@ -26,10 +25,11 @@ from catalog import (
     PartitionCommit,
     Table,
 )
+from catalog.logs import get_logger
 from jobs.localpg import LocalPostgres
 from jobs.table_compact import compact_table
 
-log = structlog.get_logger("lakestream.demo")
+log = get_logger("lakestream.demo")
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.float64())])
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
 from catalog import (
@@ -15,6 +14,7 @@ from catalog import (
     OutageGuard,
     OutagePolicy,
 )
+from catalog.logs import get_logger
 from ingest.errors import IngestError
 from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
@@ -29,10 +29,10 @@ def main(config_path: Path) -> int:
         settings = IngestSettings.from_yaml(config_path)
     except (ValidationError, FileNotFoundError) as exc:
         configure_logging()
-        structlog.get_logger("lakestream.ingest").error("bad_config", error=config_error(exc))
+        get_logger("lakestream.ingest").error("bad_config", error=config_error(exc))
         return 2
     configure_logging(settings.log_level)
-    log = structlog.get_logger("lakestream.ingest")
+    log = get_logger("lakestream.ingest")
     dsn = settings.catalog.dsn.get_secret_value()
     budget = settings.catalog.outage_budget
     log.info("ingest_config", catalog=redact_dsn(dsn), outage_budget_s=budget, **describe(settings))

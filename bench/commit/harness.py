@@ -22,7 +22,6 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
 from workload import writer_items
 
 #: A commit that raised this many times in a row is given up (counted as failed).
@@ -129,7 +128,7 @@ class RunSpec:
 def quiet_logging() -> None:
     """Drop info logs: lakestream logs one line per commit, and printing it skews timings."""
     logging.basicConfig(level=logging.WARNING)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logging.getLogger("lakestream").setLevel(logging.WARNING)
 
 
 def run_mode(spec: RunSpec) -> list[WriterReport]:

@@ -26,12 +26,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import psycopg
-import structlog
 from pyspark.sql import SparkSession
 
 from bench.ingest import pipelines, report
@@ -40,6 +39,7 @@ from bench.ingest.tables import check_table, create_cdc_table
 from bench.ingest.task_profile import profile_task
 from bench.ingest.workload import check_encoding, decoder_config, generate, produce
 from catalog import Catalog
+from catalog.logs import EVENT_ATTRIBUTE, ROOT_LOGGER, structured_handler
 from ingest.kafka.localbroker import LocalBroker, create_topic
 from ingest.spark_session import local_spark
 from jobs.localpg import LocalPostgres
@@ -56,18 +56,17 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-class LogCapture:
-    """structlog processor keeping the job's per-batch lines; everything goes to a file too."""
+class LogCapture(logging.Handler):
+    """Keeps the job's per-batch events; everything goes to a file too."""
 
     def __init__(self) -> None:
+        super().__init__(logging.INFO)
         self.events: list[dict[str, Any]] = []
 
-    def __call__(
-        self, logger: Any, method: str, event_dict: MutableMapping[str, Any]
-    ) -> MutableMapping[str, Any]:
-        if event_dict.get("event") in _KEPT_EVENTS:
-            self.events.append(dict(event_dict))
-        return event_dict
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = getattr(record, EVENT_ATTRIBUTE, None)
+        if isinstance(fields, dict) and fields.get("event") in _KEPT_EVENTS:
+            self.events.append(dict(fields))
 
     def by_job(self) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
@@ -79,17 +78,10 @@ class LogCapture:
 
 def configure_logging(capture: LogCapture, sink: TextIO) -> None:
     """INFO and up (``batch_committed`` is INFO) as JSON lines into ``sink``, and captured."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            capture,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.WriteLoggerFactory(sink),
-        cache_logger_on_first_use=False,
-    )
+    lakestream = logging.getLogger(ROOT_LOGGER)
+    lakestream.addHandler(structured_handler(json=True, stream=sink))
+    lakestream.addHandler(capture)
+    lakestream.setLevel(logging.INFO)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

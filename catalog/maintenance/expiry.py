@@ -43,11 +43,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
-import structlog
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from catalog.errors import VersionExpiredError
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.model import (
     CommitOp,
@@ -62,7 +62,7 @@ from catalog.queries import query as catalog_query
 from catalog.snapshots import PartitionHead, load_snapshots, partition_heads
 from catalog.store import PgStore, translate_errors
 
-log = structlog.get_logger("lakestream.catalog.maintenance")
+log = get_logger("lakestream.catalog.maintenance")
 mquery = NamedQueries("catalog", "sql/maintenance.sql")
 
 #: Writer id prefix of the keys of commit rows that expiry writes when it restarts a chain.

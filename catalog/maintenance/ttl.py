@@ -17,9 +17,8 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from catalog.errors import CommitConflict, ConflictKind
+from catalog.logs import get_logger
 from catalog.model import CommitOp, FileAction, FileOp, IdempotencyKey, PartitionCommit
 from catalog.partitioning import typed_value
 from catalog.planning import PartitionScan
@@ -27,7 +26,7 @@ from catalog.planning import PartitionScan
 if TYPE_CHECKING:
     from catalog.table import Table
 
-log = structlog.get_logger("lakestream.catalog.maintenance")
+log = get_logger("lakestream.catalog.maintenance")
 
 
 @dataclass(frozen=True)

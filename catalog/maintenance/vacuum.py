@@ -38,13 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.queries import NamedQueries
 from catalog.store import PgStore, translate_errors
 
-log = structlog.get_logger("lakestream.catalog.maintenance")
+log = get_logger("lakestream.catalog.maintenance")
 mquery = NamedQueries("catalog", "sql/maintenance.sql")
 _DELETE_CHUNK = 1_000
 

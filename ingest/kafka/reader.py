@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar, overload
 
 import pyarrow as pa
-import structlog
 from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
+from catalog.logs import get_logger
 from ingest.kafka.brokerview import consumer_config
 from ingest.kafka.errors import DataLossError, KafkaSourceError, RangeIncompleteError
 from ingest.kafka.offsets import OffsetRange
@@ -107,7 +107,7 @@ class _Progress:
         elif error.fatal() or (code > 0 and not error.retriable()):  # broker errors are > 0
             raise KafkaSourceError(f"reading {self.rng.topic}-{self.rng.partition}: {error.str()}")
         else:
-            structlog.get_logger("ingest.kafka").warning(
+            get_logger("lakestream.ingest.kafka").warning(
                 "kafka consumer event",
                 topic=self.rng.topic,
                 partition=self.rng.partition,
@@ -117,7 +117,7 @@ class _Progress:
     def _lost(self, reason: str) -> None:
         if self.fail_on_data_loss:
             raise DataLossError(self.rng.topic, self.rng.partition, reason)
-        structlog.get_logger("ingest.kafka").warning(
+        get_logger("lakestream.ingest.kafka").warning(
             "kafka data loss accepted",
             topic=self.rng.topic,
             partition=self.rng.partition,
@@ -150,7 +150,7 @@ def read_messages(rng: OffsetRange, options: SourceOptions) -> Iterator[Sequence
 
     For a caller that decodes librdkafka's messages itself (``emit=ranges``), skipping Arrow.
     """
-    log = structlog.get_logger("ingest.kafka").bind(
+    log = get_logger("lakestream.ingest.kafka").bind(
         topic=rng.topic, partition=rng.partition, start=rng.start, end=rng.end
     )
     progress = _Progress(rng, options.fail_on_data_loss)

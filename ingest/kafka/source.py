@@ -26,7 +26,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -37,6 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from catalog.logs import get_logger
 from ingest.kafka.brokerview import BrokerView
 from ingest.kafka.errors import DataLossError, KafkaOptionError
 from ingest.kafka.offsets import (
@@ -63,7 +63,7 @@ def register(spark: SparkSession) -> None:
 
 def _log() -> Any:
     # Fetched per call: these objects are pickled to Spark workers and cached loggers do not pickle.
-    return structlog.get_logger("ingest.kafka")
+    return get_logger("lakestream.ingest.kafka")
 
 
 class KafkaDataSource(DataSource):

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import structlog
-
 from catalog import (
     Catalog,
     CommitConflict,
@@ -47,12 +45,14 @@ from catalog import (
     TableNotFoundError,
 )
 from catalog.errors import TableAlreadyExistsError
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.schemas import from_base64, to_base64
 from ingest.debezium import DecoderConfig
 from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.failpoints import FailAt, Failpoint
 from ingest.kafka.options import SourceOptions
+from ingest.logs import driver_level
 from ingest.sink.decoding import BatchDecoders
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SinkPlan, SourceFormat
@@ -67,7 +67,7 @@ from ingest.sink.report import (
 from ingest.sink.tables import create_cdc_table, known_tables
 from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
 
-log = structlog.get_logger("lakestream.ingest")
+log = get_logger("lakestream.ingest")
 
 #: Rebasing a commit that lost to a concurrent writer (the files do not depend on the table).
 _REBASE = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.2)
@@ -222,7 +222,7 @@ class BatchSink:
             batch_id=batch_id,
             writer=self.settings.writer_id,
             json_tables=self.settings.json_tables,
-            log_level=_effective_level(),
+            log_level=driver_level(),
             kafka=self.settings.kafka,
         )
 
@@ -409,16 +409,6 @@ class BatchSink:
 
 def _lost_to_a_concurrent_write(error: Exception) -> bool:
     return isinstance(error, CommitConflict) and error.kind is ConflictKind.CONCURRENT_WRITE
-
-
-def _effective_level() -> str:
-    """The level the driver's structlog filters at, for the workers to use too."""
-    import logging
-
-    for level in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        if log.is_enabled_for(logging.getLevelNamesMapping()[level]):
-            return level
-    return "ERROR"
 
 
 def _lag_ms(reports: Sequence[TaskReport]) -> int | None:

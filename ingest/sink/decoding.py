@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import pyarrow as pa
-import structlog
 
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from ingest.debezium import DecoderConfig
 from ingest.debezium.layout import UnsupportedSchema, codec_for_arrow
 
-log = structlog.get_logger("lakestream.ingest")
+log = get_logger("lakestream.ingest")
 _OWN_PREFIX = "_ls_"
 
 #: What identifies a set of table schemas: name, table incarnation and schema id of each.

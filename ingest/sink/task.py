@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.json as pa_json
-import structlog
 
 from catalog.files.evolution import check_evolution, is_widening
+from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.model import SEQUENCE_COLUMN, TableCommit
 from catalog.schemas import to_base64
@@ -53,7 +53,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     decoded and written; one report row out (the records never pass through the JVM)."""
     started_cpu, started = time.process_time(), time.monotonic()
     configure_worker_logging(plan.log_level)
-    log = structlog.get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
+    log = get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
     ranges = [rng for batch in batches for rng in ranges_of(batch)]
     chunks = list(read_chunks(ranges, plan.kafka))
     # the newest record of each chunk (offset order) stands for the chunk in the lag figure

@@ -15,16 +15,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-import structlog
 
 from catalog.files.reader import read_files, read_merged
+from catalog.logs import get_logger
 from ingest.spark_read.errors import ColumnReadError
 from ingest.spark_read.planning import LakestreamPartition
 
 
 def _log() -> Any:
     # Fetched per call: this code runs on executors, and cached loggers do not pickle.
-    return structlog.get_logger("ingest.spark_read")
+    return get_logger("lakestream.ingest.spark_read")
 
 
 def read_partition(part: LakestreamPartition) -> Iterator[pa.RecordBatch]:

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import structlog
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
@@ -39,6 +38,7 @@ from pyspark.sql.types import StructType
 
 from catalog import Catalog, StoreSettings, Table
 from catalog.files.pruning import Predicate
+from catalog.logs import get_logger
 from catalog.scan import Scan, ScanFilter, partition_filter
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
 from ingest.spark_read.filters import ColumnRef, split_filters
@@ -63,7 +63,7 @@ def register(spark: SparkSession) -> None:
 
 def _log() -> Any:
     # Fetched per call: these objects are pickled to Spark workers and cached loggers do not pickle.
-    return structlog.get_logger("ingest.spark_read")
+    return get_logger("lakestream.ingest.spark_read")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import orjson
 import pyarrow as pa
 import pytest
-from structlog.testing import capture_logs
 
 from catalog import Catalog
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY
@@ -16,6 +15,7 @@ from catalog.model import SEQUENCE_COLUMN
 from ingest.failpoints import FailAt, Failpoint
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.plan import SourceFormat
+from tests.fixtures.logcapture import capture_events
 from tests.integration.ingest.test_ingest_job import DLQ, Source, cdc_config, table_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -90,7 +90,7 @@ def test_cdc_batch_is_rebased_after_a_statement_that_landed_mid_batch(
         landed.append(result.version)
 
     mid_batch = FailAt(Failpoint.BATCH_WRITTEN, batch=0, action=statement)
-    with capture_logs() as logs:
+    with capture_events() as logs:
         run_ingest(IngestJobConfig(**{**config.__dict__, "fail_at": mid_batch}), spark, catalog)
 
     assert landed == [planned + 1]
@@ -135,7 +135,7 @@ def test_append_batch_keeps_its_rows_after_a_delete_that_landed_mid_batch(
         assert table.delete(where=[("region", "=", "eu")]).rows == 10
 
     mid_batch = FailAt(Failpoint.BATCH_WRITTEN, batch=0, action=statement)
-    with capture_logs() as logs:
+    with capture_events() as logs:
         run_ingest(IngestJobConfig(**{**config.__dict__, "fail_at": mid_batch}), spark, catalog)
 
     assert _planned_and_landed(logs, "logs.clicks") == [(planned, planned + 2)]

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from catalog import (
     Catalog,
@@ -41,6 +40,7 @@ from catalog.meta import TableMeta
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.plan import SourceFormat
 from tests.fixtures.faultproxy import CutRule, FaultProxy
+from tests.fixtures.logcapture import capture_events
 from tests.fixtures.outage import CrashablePostgres, Outage
 from tests.integration.ingest.feeds import Feed, stored_offsets
 
@@ -200,7 +200,7 @@ def test_a_streaming_job_rides_out_a_30s_outage_and_resumes_on_its_own(
     guard = OutageGuard("the catalog", OutagePolicy(budget=120))
     stop_producing = threading.Event()
     producer = threading.Thread(target=feed.produce_until, args=(kafka, stop_producing, 3))
-    with structlog.testing.capture_logs() as lines, streaming(config, spark, catalog, guard) as out:
+    with capture_events() as lines, streaming(config, spark, catalog, guard) as out:
         producer.start()
         try:
             with Catalog.connect(dsn) as check:
@@ -242,7 +242,7 @@ def test_an_outage_in_each_phase_of_a_batch_is_waited_out_exactly_once(
     )
     guard = OutageGuard("the catalog", OutagePolicy(budget=90, max_delay=1))
     wire = catalog.tripwire = Tripwire(outage_pg, proxy, guard, PHASES)
-    with structlog.testing.capture_logs() as lines, streaming(config, spark, catalog, guard) as out:
+    with capture_events() as lines, streaming(config, spark, catalog, guard) as out:
         deadline = time.monotonic() + 240
         while not wire.over():  # keep producing through every phase's outage
             assert "error" not in out, out["error"]
