@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ingest.debezium import DecoderConfig, RawRecord, decode_records
 from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG
-from tests.unit.ingest.debezium_events import envelope_schema, field, pg_source
+from tests.fixtures.debezium_events import envelope_schema, field, pg_source
 
 Row = dict[str, Any]
 

@@ -9,7 +9,7 @@ import pytest
 from catalog import Catalog, CommitOp
 from compaction.policy import CompactionPolicy
 from compaction.task import COMPACTOR_WRITER_PREFIX, CompactionKind, OutcomeStatus
-from tests.integration.compaction.support import (
+from tests.fixtures.compaction import (
     compact_all,
     every_version,
     files_on_disk,

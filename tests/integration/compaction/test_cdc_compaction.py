@@ -15,7 +15,7 @@ from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, UNS
 from catalog.writes import changes, stage_changes
 from compaction.rewrite import InvalidTaskError, compact
 from compaction.task import CompactionKind, CompactionTask, OutcomeStatus
-from tests.integration.compaction.support import (
+from tests.fixtures.compaction import (
     compact_all,
     every_version,
     files_on_disk,

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog, CommitOp
-from tests.integration.compaction.support import rows_at
-from tests.integration.test_cli import lakestream
+from tests.fixtures.cli import lakestream
+from tests.fixtures.compaction import rows_at
 
 pytestmark = pytest.mark.integration
 EVENTS = pa.schema([("id", pa.int64()), ("region", pa.string())])

@@ -11,7 +11,7 @@ from compaction.rewrite import compact
 from compaction.task import OutcomeStatus
 from jobs.localpg import LocalPostgres
 from tests.fixtures.faultproxy import FaultProxy
-from tests.integration.compaction.support import files_on_disk, plan_tasks, rows_at
+from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
 
 pytestmark = pytest.mark.integration
 PATIENT = RetryPolicy(attempts=40, base_delay=0.02, max_delay=0.5, deadline=60)

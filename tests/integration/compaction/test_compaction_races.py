@@ -16,7 +16,7 @@ from catalog import Catalog, CommitOp, FileAction, FileOp, PartitionCommit, Tabl
 from catalog.files.writer import write_data_file
 from compaction.rewrite import compact
 from compaction.task import OutcomeStatus
-from tests.integration.compaction.support import (
+from tests.fixtures.compaction import (
     every_version,
     files_on_disk,
     leftover_paths,

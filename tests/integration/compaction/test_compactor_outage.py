@@ -40,7 +40,7 @@ from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.jsonlog import events_named
 from tests.fixtures.outage import CrashablePostgres
 from tests.fixtures.waits import wait_for
-from tests.integration.compaction.support import files_on_disk, plan_tasks, rows_at
+from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

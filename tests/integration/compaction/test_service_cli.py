@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog
-from tests.integration.compaction.support import rows_at
+from tests.fixtures.compaction import rows_at
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

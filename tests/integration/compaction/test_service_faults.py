@@ -23,7 +23,7 @@ from catalog import Catalog
 from compaction.coordinator import Coordinator
 from compaction.queue import QueueSettings, TaskQueue
 from compaction.worker import Worker, WorkerSettings
-from tests.integration.compaction.support import leftover_paths, rows_at
+from tests.fixtures.compaction import leftover_paths, rows_at
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

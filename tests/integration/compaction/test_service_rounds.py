@@ -15,7 +15,7 @@ from compaction.queue import TaskQueue
 from compaction.rewrite import compact
 from compaction.task import CompactionOutcome, CompactionTask, OutcomeStatus
 from compaction.worker import RELEASED, Worker, WorkerSettings
-from tests.integration.compaction.support import rows_at
+from tests.fixtures.compaction import rows_at
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from catalog import Catalog, CommitOp, TableNotFoundError
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
 from tests.integration.compaction.test_service_cli import env, wait_for
-from tests.integration.ingest.feeds import Feed, stored_offsets
+from tests.fixtures.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,8 +15,8 @@ import pytest
 from catalog import Catalog
 from ingest.kafka.localbroker import create_topic
 from tests.fixtures.broker import KafkaTestHelper, unique_topic
+from tests.fixtures.debezium_events import customer, customer_change
 from tests.fixtures.ingest_cli import CliRun, run_ingest_cli
-from tests.unit.ingest.debezium_events import customer, customer_change
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 DLQ = "lakestream.dead_letters"

@@ -26,7 +26,7 @@ from ingest.failpoints import FailAt, Failpoint
 from ingest.job import IngestJobConfig, IngestRun, run_ingest
 from ingest.sink.plan import SourceFormat
 from ingest.startpoint import StartOrigin
-from tests.integration.ingest.feeds import Feed, stored_offsets
+from tests.fixtures.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 CRASHES = {

@@ -12,7 +12,7 @@ from catalog import Catalog
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.plan import SourceFormat
-from tests.unit.ingest.debezium_events import (
+from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
     customer,
     customer_change,

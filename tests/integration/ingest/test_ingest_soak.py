@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from catalog import Catalog
-from tests.integration.ingest.feeds import Feed, stored_offsets
+from tests.fixtures.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]

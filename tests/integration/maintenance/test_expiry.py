@@ -12,7 +12,7 @@ import pytest
 from catalog import Catalog, CommitConflict, CommitOp, ConflictKind, IdempotencyKey
 from catalog.errors import MaintenanceConfigError, VersionExpiredError, VersionNotFoundError
 from tests.fixtures.commits import adds, rewrite
-from tests.integration.compaction.support import compact_all, every_version, rows_at
+from tests.fixtures.compaction import compact_all, every_version, rows_at
 from tests.integration.maintenance.support import plan_files, row_counts, snapshot_everything
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from catalog import Catalog
 from ingest.failpoints import FailAt, Failpoint
 from ingest.job import run_ingest
-from tests.integration.ingest.feeds import Feed, stored_offsets
+from tests.fixtures.feeds import Feed, stored_offsets
 from tests.integration.ingest.test_ingest_crash_matrix import job_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog
-from tests.integration.compaction.support import files_on_disk, rows_at
+from tests.fixtures.cli import lakestream
+from tests.fixtures.compaction import files_on_disk, rows_at
 from tests.integration.maintenance.support import row_counts
-from tests.integration.test_cli import lakestream
 
 pytestmark = pytest.mark.integration
 DAY = pa.schema([("id", pa.int64()), ("day", pa.date32())])

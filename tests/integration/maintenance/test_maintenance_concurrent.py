@@ -18,7 +18,7 @@ import pytest
 
 from catalog import Catalog, RetryPolicy, StoreSettings
 from catalog.errors import VersionExpiredError
-from tests.integration.compaction.support import compact_all, files_on_disk, rows_at
+from tests.fixtures.compaction import compact_all, files_on_disk, rows_at
 from tests.integration.maintenance.support import row_counts
 
 pytestmark = pytest.mark.integration

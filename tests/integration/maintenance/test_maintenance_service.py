@@ -14,7 +14,7 @@ from catalog import Catalog
 from compaction.maintenance import MaintenanceScheduler, MaintenanceSettings, schedule_status
 from compaction.metrics import ServiceMetrics
 from compaction.queue import QueueSettings, TaskQueue
-from tests.integration.compaction.support import files_on_disk, rows_at
+from tests.fixtures.compaction import files_on_disk, rows_at
 from tests.integration.compaction.test_service_cli import lakestream
 
 pytestmark = pytest.mark.integration

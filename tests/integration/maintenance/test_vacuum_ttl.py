@@ -13,7 +13,7 @@ import pytest
 from catalog import Catalog, CommitOp, DataFile, FileAction, FileOp, PartitionCommit
 from catalog.errors import MaintenanceConfigError
 from catalog.maintenance.vacuum import Vacuum
-from tests.integration.compaction.support import compact_all, every_version, files_on_disk, rows_at
+from tests.fixtures.compaction import compact_all, every_version, files_on_disk, rows_at
 from tests.integration.maintenance.support import row_counts
 
 pytestmark = pytest.mark.integration

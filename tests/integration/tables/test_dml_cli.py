@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog
-from tests.integration.test_cli import lakestream
+from tests.fixtures.cli import lakestream
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("day", pa.date32())])

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from debezium_events import (
+
+from catalog.model import ROW_KIND_COLUMN
+from ingest.debezium import DecoderConfig, decode_records, table_schemas
+from ingest.debezium.unify import unify_schemas, widen_type
+from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
     CUSTOMER_KEY_FIELDS,
     customer,
@@ -17,10 +21,6 @@ from debezium_events import (
     record,
     value,
 )
-
-from catalog.model import ROW_KIND_COLUMN
-from ingest.debezium import DecoderConfig, decode_records, table_schemas
-from ingest.debezium.unify import unify_schemas, widen_type
 
 TABLE = "public.customers"
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from debezium_events import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE
+from ingest.debezium import SEQ_COLUMN, DecoderConfig, RawRecord, decode_records
+from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
     CUSTOMER_KEY_FIELDS,
     customer,
@@ -15,11 +20,6 @@ from debezium_events import (
     record,
     value,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE
-from ingest.debezium import SEQ_COLUMN, DecoderConfig, RawRecord, decode_records
 
 TABLE = "public.customers"
 Change = tuple[str, int, str | None]  # op, id, email

@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pyarrow as pa
 import pytest
 
 from catalog import Catalog, CommitOp
+from tests.fixtures.cli import lakestream
 from tests.fixtures.commits import adds
 
 pytestmark = pytest.mark.integration
-
-
-def lakestream(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LAKESTREAM_CATALOG_DSN": dsn, "LAKESTREAM_LOG_LEVEL": "WARNING"}
-    return subprocess.run(
-        [sys.executable, "-m", "jobs.cli", *args],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_init_list_describe_history(catalog_dsn, warehouse):

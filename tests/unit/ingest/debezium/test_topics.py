@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from debezium_events import CUSTOMER_FIELDS, customer, payload, pg_source, record, value
 
 from ingest.debezium import DeadLetterReason, DecoderConfig, DecoderConfigError, decode_records
+from tests.fixtures.debezium_events import (
+    CUSTOMER_FIELDS,
+    customer,
+    payload,
+    pg_source,
+    record,
+    value,
+)
 
 CREATE = value(payload("c", after=customer(1), source=pg_source(10)), CUSTOMER_FIELDS)
 

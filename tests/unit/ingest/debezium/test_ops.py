@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from debezium_events import (
+
+from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, UNSET_COLUMN
+from ingest.debezium import (
+    SEQ_COLUMN,
+    DeadLetterReason,
+    DecoderConfig,
+    decode_records,
+    postgres_position,
+)
+from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
     CUSTOMER_KEY_FIELDS,
     b64,
@@ -16,15 +25,6 @@ from debezium_events import (
     pg_source,
     record,
     value,
-)
-
-from catalog.model import ROW_KIND_COLUMN, ROW_KIND_DELETE, ROW_KIND_UPSERT, UNSET_COLUMN
-from ingest.debezium import (
-    SEQ_COLUMN,
-    DeadLetterReason,
-    DecoderConfig,
-    decode_records,
-    postgres_position,
 )
 
 TABLE = "public.customers"

@@ -8,11 +8,11 @@ import random
 import orjson
 import pyarrow as pa
 import pytest
-from debezium_events import field, key, numbered, payload, pg_source, record, value
 
 from ingest.debezium import DecoderConfig, decode_records, postgres_position
 from ingest.debezium import rows as rows_module
 from ingest.debezium.fastpath import FastRows
+from tests.fixtures.debezium_events import field, key, numbered, payload, pg_source, record, value
 
 TABLE = "public.customers"
 SCHEMA = pa.schema(

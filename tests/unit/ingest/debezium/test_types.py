@@ -8,7 +8,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from debezium_events import (
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ingest.debezium import (
+    LOGICAL_KEY,
+    DeadLetterReason,
+    DecoderConfig,
+    decode_records,
+)
+from tests.fixtures.debezium_events import (
     b64,
     decimal_bytes,
     decimal_field,
@@ -19,15 +28,6 @@ from debezium_events import (
     record,
     value,
     variable_decimal,
-)
-from hypothesis import given
-from hypothesis import strategies as st
-
-from ingest.debezium import (
-    LOGICAL_KEY,
-    DeadLetterReason,
-    DecoderConfig,
-    decode_records,
 )
 
 TABLE = "public.customers"

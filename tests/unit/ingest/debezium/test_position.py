@@ -3,15 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from debezium_events import (
-    CUSTOMER_FIELDS,
-    customer,
-    mysql_source,
-    payload,
-    pg_source,
-    record,
-    value,
-)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +15,15 @@ from ingest.debezium import (
     postgres_position,
 )
 from ingest.debezium.position import encode_position
+from tests.fixtures.debezium_events import (
+    CUSTOMER_FIELDS,
+    customer,
+    mysql_source,
+    payload,
+    pg_source,
+    record,
+    value,
+)
 
 TABLE = "public.customers"
 U64 = st.integers(0, 2**64 - 1)

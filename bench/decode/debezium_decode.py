@@ -1,6 +1,6 @@
 """Throughput of the Debezium decoder on one core (a script, not a test).
 
-    python3 tests/unit/ingest/bench_debezium_decode.py [--events 100000] [--embedded-schema]
+    python -m bench.decode.debezium_decode [--events 100000] [--embedded-schema]
 
 Generates PostgreSQL-like change events of an ``orders`` table (about 300 bytes without the
 embedded schema: 8 columns with a decimal, a MicroTimestamp and a ZonedTimestamp, a trimmed
@@ -13,17 +13,12 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from debezium_events import decimal_bytes, decimal_field, envelope_schema, field
-
 from ingest.debezium import DecoderConfig, RawRecord, decode_records
+from tests.fixtures.debezium_events import decimal_bytes, decimal_field, envelope_schema, field
 
 TOPIC = "shop.public.orders"
 FIELDS = [

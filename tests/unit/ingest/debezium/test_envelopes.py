@@ -7,7 +7,15 @@ import pickle
 import orjson
 import pyarrow as pa
 import pytest
-from debezium_events import (
+
+from ingest.debezium import (
+    DeadLetter,
+    DeadLetterReason,
+    DecoderConfig,
+    DecoderConfigError,
+    decode_records,
+)
+from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
     CUSTOMER_KEY_FIELDS,
     customer,
@@ -19,14 +27,6 @@ from debezium_events import (
     pg_source,
     record,
     value,
-)
-
-from ingest.debezium import (
-    DeadLetter,
-    DeadLetterReason,
-    DecoderConfig,
-    DecoderConfigError,
-    decode_records,
 )
 
 TABLE = "public.customers"
