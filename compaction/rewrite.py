@@ -95,7 +95,16 @@ def compact(
     dropped meanwhile; outputs removed). Raises only for real failures (CatalogError, IO errors).
 
     ``options`` are the file writer's (compression, fsync, row groups); the target file size is
-    always the task's.
+    always the task's. ``retry`` bounds the attempts at a commit that finds the table busy.
+
+    Raises:
+        InvalidTaskError: a task no snapshot could justify (a planning bug); nothing written.
+        CommitConflict: the table stayed locked (kind ``busy``) through every attempt of
+            ``retry``; the outputs were deleted.
+        CommitStateUnknown: the connection died during COMMIT; the outputs are kept (a rerun
+            resolves the task's key first).
+        CatalogUnavailableError: the catalog database could not be reached.
+        OSError: reading inputs or writing outputs failed; the outputs were deleted.
     """
     started = time.monotonic()
     write = replace(options or WriteOptions(), target_file_bytes=task.target_file_size)

@@ -146,6 +146,15 @@ class BatchSink:
         self.failure: Exception | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        """Write and commit one micro-batch, exactly once per ``(writer, batch_id)``.
+
+        Raises:
+            TooManyDeadLetters: the dead-letter guard refused the batch; nothing committed.
+            SchemaChangeRefused: a table cannot follow the source's schema change.
+            IngestError: new tables kept appearing in one batch.
+            CommitConflict: a concurrent commit won every rebase of ``retry``.
+            CatalogOutageError: the catalog stayed unreachable past the outage budget.
+        """
         batch_of_run, self._batches_seen = self._batches_seen, self._batches_seen + 1
         try:
             self._batch(df, batch_id, batch_of_run)
