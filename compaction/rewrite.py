@@ -294,7 +294,10 @@ def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
 
 
 def _land(
-    table: Table, task: CompactionTask, outputs: tuple[DataFile, ...], retry: RetryPolicy
+    table: Table,
+    task: CompactionTask,
+    outputs: tuple[DataFile, ...],
+    retry: RetryPolicy = BUSY_RETRY,
 ) -> _Landing:
     ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
     ops += [FileOp(action=FileAction.ADD, file=f) for f in outputs]
