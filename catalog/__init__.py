@@ -1,9 +1,30 @@
 """lakestream's engine-independent table format: a PostgreSQL catalog of Parquet tables.
 
 Never imports pyspark: Spark, the compactor and plain Python programs all use it alike.
+
+The public surface, and the only one ``ingest`` and ``compaction`` may import (``lint-imports``
+enforces it, see ``[tool.importlinter]`` in pyproject.toml):
+
+* this module: catalog and tables, commits and their model, scans and plans, errors, retry and
+  outage policies, table metadata and the staging of files for a commit written by an engine
+  (``stage_append`` / ``stage_changes``), and the building blocks a package needs to keep its
+  own tables in the catalog database (``PgStore``, ``NamedQueries``, ``COMMIT_CHANNEL``);
+* :mod:`catalog.files` - the Parquet file layer (read, write, merge-on-read, pruning, schema
+  evolution). A package of its own in all but name: engines run it on their workers, it knows
+  nothing of PostgreSQL, and exporting its ~30 names here would bury the catalog's own;
+* :mod:`catalog.maintenance` - maintenance reports and policies;
+* :mod:`catalog.logs` - the ``lakestream`` logger hierarchy every package logs through.
+
+Every other module is internal: it may change without notice.
+
+Errors: every error a call raises derives from :class:`CatalogError`; a failure of the database
+is always :class:`CatalogUnavailableError` (no psycopg error crosses this boundary), and a commit
+that does not succeed ends as one of the three :class:`CommitError` outcomes.
 """
 
-from catalog.catalog import Catalog, WriterProgress
+from catalog.catalog import Catalog, Leftover, TableHead, WriterProgress
+from catalog.committer import COMMIT_CHANNEL
+from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
@@ -14,10 +35,25 @@ from catalog.errors import (
     CommitRejected,
     CommitStateUnknown,
     ConflictKind,
+    InvalidNameError,
+    InvalidPartitionError,
+    MaintenanceConfigError,
+    NamespaceNotEmptyError,
     SchemaError,
+    TableAlreadyExistsError,
     TableNotFoundError,
+    UnavailableKind,
+    VersionExpiredError,
+    VersionNotFoundError,
 )
+from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
 from catalog.model import (
+    ROW_KIND_COLUMN,
+    ROW_KIND_DELETE,
+    ROW_KIND_UPSERT,
+    SEQUENCE_COLUMN,
+    UNSET_COLUMN,
+    UNSET_TYPE,
     ColumnStats,
     CommitOp,
     CommitRequest,
@@ -28,18 +64,35 @@ from catalog.model import (
     IdempotencyKey,
     PartitionCommit,
     TableCommit,
+    TableCommitResult,
 )
-from catalog.outage import OutageGuard, OutagePolicy
-from catalog.retry import RetryPolicy
-from catalog.store import StoreSettings
+from catalog.outage import OutageGuard, OutagePolicy, OutageStats
+from catalog.planning import PartitionScan, ScanPlan
+from catalog.queries import NamedQueries
+from catalog.retry import RetryPolicy, lost_to_concurrent_write
+from catalog.scan import Scan, ScanFilter, partition_filter
+from catalog.schemas import from_base64 as schema_from_base64
+from catalog.schemas import to_base64 as schema_to_base64
+from catalog.store import PgStore, StoreSettings
 from catalog.table import Table, VersionInfo
 from catalog.transaction import Transaction
+from catalog.writes import changes as conform_changes
+from catalog.writes import stage_append, stage_changes
 
 __all__ = [
+    "COMMIT_CHANNEL",
+    "CONCURRENT_MERGE_PROPERTY",
+    "ROW_KIND_COLUMN",
+    "ROW_KIND_DELETE",
+    "ROW_KIND_UPSERT",
+    "SEQUENCE_COLUMN",
+    "SEQUENCE_COLUMN_PROPERTY",
+    "UNSET_COLUMN",
+    "UNSET_TYPE",
+    "Catalog",
     "CatalogError",
     "CatalogOutageError",
     "CatalogUnavailableError",
-    "Catalog",
     "ColumnStats",
     "CommitConflict",
     "CommitError",
@@ -53,18 +106,44 @@ __all__ = [
     "FileAction",
     "FileOp",
     "IdempotencyKey",
+    "InvalidNameError",
+    "InvalidPartitionError",
+    "Leftover",
+    "MaintenanceConfigError",
+    "NamedQueries",
+    "NamespaceNotEmptyError",
     "OutageGuard",
     "OutagePolicy",
+    "OutageStats",
     "PartitionCommit",
+    "PartitionScan",
+    "PgStore",
     "RetryPolicy",
+    "Scan",
+    "ScanFilter",
+    "ScanPlan",
     "SchemaError",
     "StatementError",
     "StatementResult",
     "StoreSettings",
     "Table",
+    "TableAlreadyExistsError",
     "TableCommit",
+    "TableCommitResult",
+    "TableHead",
+    "TableMeta",
     "TableNotFoundError",
     "Transaction",
+    "UnavailableKind",
+    "VersionExpiredError",
     "VersionInfo",
+    "VersionNotFoundError",
     "WriterProgress",
+    "conform_changes",
+    "lost_to_concurrent_write",
+    "partition_filter",
+    "schema_from_base64",
+    "schema_to_base64",
+    "stage_append",
+    "stage_changes",
 ]

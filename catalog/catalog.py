@@ -100,7 +100,12 @@ class Catalog:
         retry: RetryPolicy | None = None,
         migrate: bool = True,
     ) -> Catalog:
-        """Connect, creating or migrating the catalog schema; remember the warehouse root."""
+        """Connect, creating or migrating the catalog schema; remember the warehouse root.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached.
+            CatalogError: a remote warehouse (only local ones are supported).
+        """
         store = PgStore(dsn, settings or StoreSettings())
         store.open(migrate_schema=migrate)
         catalog = cls(store, retry or RetryPolicy(), None)
@@ -133,7 +138,15 @@ class Catalog:
         properties: Mapping[str, str] | None = None,
         location: str | None = None,
     ) -> Table:
-        """Create a CDC table (``primary_key`` given) or an append table (bucket -1)."""
+        """Create a CDC table (``primary_key`` given) or an append table (bucket -1).
+
+        Raises:
+            TableAlreadyExistsError: a live table has the name.
+            InvalidNameError: the name or a property is not allowed.
+            SchemaError: the schema, key, partitioning or buckets do not fit together.
+            CatalogError: no warehouse and no ``location``.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         table_name = parse_table_name(name)
         props = _check_properties(properties or {})
         spec = _spec_for(table_name, primary_key, hash_buckets, partition_by)
@@ -175,6 +188,13 @@ class Catalog:
         return self.load_table(str(table_name))
 
     def load_table(self, name: str) -> Table:
+        """The live table of that name (``namespace.table``).
+
+        Raises:
+            TableNotFoundError: no live table has the name.
+            InvalidNameError: the name is not a valid table name.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         table_name = parse_table_name(name)
         row = self._store.fetch_one(
             query("table_by_name"), {"namespace": table_name.namespace, "name": table_name.name}
@@ -200,6 +220,12 @@ class Catalog:
         return [r["name"] for r in rows]
 
     def drop_namespace(self, namespace: str) -> None:
+        """Drop an empty namespace.
+
+        Raises:
+            NamespaceNotEmptyError: it still holds tables.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         ns = check_identifier(namespace, "namespace")
         if self.list_tables(ns):
             raise NamespaceNotEmptyError(ns)
@@ -210,7 +236,13 @@ class Catalog:
         )
 
     def drop_table(self, name: str) -> None:
-        """Drop a table: it disappears at once; its files stay until maintenance purges them."""
+        """Drop a table: it disappears at once; its files stay until maintenance purges them.
+
+        Raises:
+            TableNotFoundError: no live table has the name.
+            CatalogUnavailableError: the catalog database could not be reached (or the table
+                stayed locked by committers past ``lock_timeout``).
+        """
         table_name = parse_table_name(name)
         with self._store.connection() as conn, translate_errors(), conn.transaction():
             row = conn.execute(
@@ -236,6 +268,15 @@ class Catalog:
 
         ``known`` passes metadata the caller already holds; the commit still checks under the
         table lock that each table is live, so stale metadata cannot commit to a dropped table.
+
+        Raises:
+            CommitConflict: a concurrent commit won (the conflict matrix failed this one), or
+                the tables stayed locked past the retry policy (kind ``busy``).
+            CommitRejected: a table was dropped, or the request can never land as it is.
+            CommitStateUnknown: the connection died during COMMIT and the outcome could not be
+                looked up; keep the files and call :meth:`resolve_commit`.
+            CatalogUnavailableError: the database could not be reached; nothing landed.
+            TableNotFoundError: a table of the request does not exist.
         """
         known = known or {}
         metas = {
@@ -261,7 +302,11 @@ class Catalog:
         return Transaction(self, key, source_offsets)
 
     def resolve_commit(self, writer_id: str, batch_id: int) -> CommitResult | None:
-        """The commit made under (writer_id, batch_id), or None if it never landed."""
+        """The commit made under (writer_id, batch_id), or None if it never landed.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         return self._committer.resolve(IdempotencyKey(writer_id=writer_id, batch_id=batch_id))
 
     def writer_progress(self, writer_id: str) -> WriterProgress | None:

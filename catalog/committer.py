@@ -50,6 +50,7 @@ from catalog.errors import (
     CommitStateUnknown,
     ConflictKind,
     SchemaError,
+    UnavailableKind,
 )
 from catalog.logs import get_logger
 from catalog.meta import TableMeta
@@ -68,7 +69,7 @@ from catalog.queries import query
 from catalog.retry import RetryPolicy
 from catalog.schema_changes import plan_schema_change, record_schema
 from catalog.snapshots import PartitionHead, head_from_row, load_snapshots, partition_heads
-from catalog.store import LockBusy, PgStore, TransientStoreError, translate_errors
+from catalog.store import PgStore, translate_errors
 
 log = get_logger("lakestream.catalog.commit")
 
@@ -134,7 +135,7 @@ class Committer:
                 if found is not None:
                     return found.model_copy(update={"attempts": attempt, "replayed": False})
                 unknown = False  # definitely not landed: safe to try again
-            except TransientStoreError as exc:
+            except CatalogUnavailableError as exc:
                 last_error = exc
             log.warning(
                 "commit_retry",
@@ -191,7 +192,7 @@ class Committer:
                         "commit_id": commit_id,
                     },
                 )
-        except TransientStoreError as exc:  # harmless: the rows stay and name unreferenced files
+        except CatalogUnavailableError as exc:  # harmless: the rows stay, naming unused files
             log.warning("forget_prepared_failed", commit_id=str(commit_id), error=str(exc))
 
     # -- publish -----------------------------------------------------------------------------
@@ -209,8 +210,8 @@ class Committer:
                 result = _Publication(conn, request, metas, commit_id).run()
                 sent = True  # leaving this block sends COMMIT
             return result
-        except TransientStoreError as exc:
-            if sent and not isinstance(exc, LockBusy):
+        except CatalogUnavailableError as exc:
+            if sent and exc.kind is not UnavailableKind.LOCK_BUSY:
                 raise _CommitSent(exc) from exc
             raise
 
@@ -224,7 +225,7 @@ class Committer:
                 with self._store.connection() as conn, translate_errors(), conn.transaction():
                     conn.execute(query("lock_tables"), {"table_ids": table_ids})
                     return _find_key(conn, request.key)
-            except TransientStoreError:
+            except CatalogUnavailableError:
                 continue
         raise CommitStateUnknown(
             "the catalog connection died while committing and the outcome could not be "
@@ -242,7 +243,7 @@ class Committer:
                 writer_id=request.key.writer_id,
                 batch_id=request.key.batch_id,
             )
-        if isinstance(error, LockBusy):
+        if isinstance(error, CatalogUnavailableError) and error.kind is UnavailableKind.LOCK_BUSY:
             return CommitConflict(kind=ConflictKind.BUSY, table=request.tables[0].table)
         return CatalogUnavailableError(f"catalog commit failed after retries: {error}")
 

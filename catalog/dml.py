@@ -489,42 +489,45 @@ def run_statement(
     ``before_commit(attempt)`` runs after an attempt's files are written and before its commit
     (tests use it to land a concurrent commit exactly there)."""
     started = time.monotonic()
-    policy = retry or STATEMENT_RETRY
     write_options = options or DEFAULT_WRITE_OPTIONS
-    last: CommitConflict | None = None
-    for attempt in policy.attempts_iter():
+
+    def attempt(number: int) -> StatementResult:
         table.refresh()
         stmt = statement(table.meta, where, assignments)
         base = table.current_version()
         staged = stage(table, stmt, base, write_options)
         if staged.commit is None:
-            return _done(table, stmt, staged, (base, attempt, started), None)
+            return _done(table, stmt, staged, (base, number, started), None)
         if before_commit is not None:
-            before_commit(attempt)
+            before_commit(number)
         try:
             result = _commit(table, staged.commit, key)
         except CommitConflict as exc:
-            _remove(table.meta, staged.written)
-            if exc.kind is ConflictKind.BUSY:
-                raise
-            last = exc
+            _remove(table.meta, staged.written)  # definitely not landed
             log.info(
                 "statement_conflict",
                 table=table.name,
-                attempt=attempt,
+                attempt=number,
                 base_version=base,
+                kind=exc.kind.value,
                 winning_op=exc.winning_op,
                 actual_version=exc.actual_version,
             )
-            continue
+            raise
         except (CommitRejected, CatalogUnavailableError):
             _remove(table.meta, staged.written)  # definitely not landed
             raise
         if result.replayed:  # this key landed before: ours are nobody's files
             _remove(table.meta, staged.written)
-        return _done(table, stmt, staged, (base, attempt, started), result)
-    assert last is not None
-    raise last
+        return _done(table, stmt, staged, (base, number, started), result)
+
+    return (retry or STATEMENT_RETRY).run(attempt, retry_if=_evaluate_again)
+
+
+def _evaluate_again(error: Exception) -> bool:
+    """A statement that lost is evaluated again on the new version, whatever won; a table that
+    stayed locked (``busy``) is not waited for longer than the committer already did."""
+    return isinstance(error, CommitConflict) and error.kind is not ConflictKind.BUSY
 
 
 def _commit(table: Table, commit: TableCommit, key: IdempotencyKey | None) -> CommitResult:

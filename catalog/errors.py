@@ -64,13 +64,47 @@ class VersionNotFoundError(CatalogError, LookupError):
     """A time-travel read asked for a version or time the table does not have (or has expired)."""
 
 
+class UnavailableKind(StrEnum):
+    """Why a :class:`CatalogUnavailableError` was raised (metrics and outage guards label it)."""
+
+    CONNECTION = "connection"
+    """The connection was refused or broke (the server stopped, the network failed)."""
+    RESTARTING = "restarting"
+    """The server is shutting down or starting up."""
+    NO_CONNECTION = "no_connection"
+    """The pool could not hand out a working connection within ``connect_timeout``."""
+    STATEMENT_TIMEOUT = "statement_timeout"
+    CONFLICT = "conflict"
+    """A serialization failure or deadlock: the transaction may simply run again."""
+    LOCK_BUSY = "lock_busy"
+    """``lock_timeout`` expired while waiting for another committer."""
+
+    @property
+    def is_outage(self) -> bool:
+        """True when the database is unreachable rather than busy: worth waiting out."""
+        return self in _OUTAGE_KINDS
+
+
+_OUTAGE_KINDS = frozenset(
+    {UnavailableKind.CONNECTION, UnavailableKind.RESTARTING, UnavailableKind.NO_CONNECTION}
+)
+
+
 class CatalogUnavailableError(CatalogError):
     """PostgreSQL could not be reached or answered with a transient failure; the call that
     raised it committed nothing (an unknown commit outcome is :class:`CommitStateUnknown`).
 
+    The one type the catalog raises for every driver failure worth trying again: no psycopg
+    error crosses the catalog's boundary (the driver's error is the ``__cause__``). ``kind``
+    says which failure it was; None for a call that gave up on its own retries.
+
     Interactive calls (reads, the CLI) raise it at once. Long-running processes retry it
     through :class:`catalog.outage.OutageGuard` until their outage budget is spent.
     """
+
+    def __init__(self, message: str, *, kind: UnavailableKind | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class CatalogOutageError(CatalogUnavailableError):

@@ -12,11 +12,11 @@ The budget belongs to the outage, not to the call: it starts at the first failur
 success (of any call, on any thread of the process) and ends at the next success. So a batch
 that meets the outage in its planning and again in its commit does not get two budgets.
 
-Only unavailability is waited out (:attr:`catalog.store.StoreFailure.is_outage`, or a commit that
-gave up with :class:`CatalogUnavailableError`). A busy table (``LockBusy``), a conflict or any
-other error passes through at once: those are the caller's to decide. Retrying is safe because
-every call a guard wraps either reads, or commits under an idempotency key (a commit retried
-after an unknown outcome is recognised, never landed twice).
+Only unavailability is waited out (:attr:`catalog.errors.UnavailableKind.is_outage`, or a commit
+that gave up with :class:`CatalogUnavailableError`). A busy table (``UnavailableKind.LOCK_BUSY``),
+a conflict or any other error passes through at once: those are the caller's to decide. Retrying
+is safe because every call a guard wraps either reads, or commits under an idempotency key (a
+commit retried after an unknown outcome is recognised, never landed twice).
 
 Interactive readers (``Table.scan``, the CLI, the Spark reader's planning) use no guard: they
 fail fast with :class:`CatalogUnavailableError` and leave waiting to the person.
@@ -39,7 +39,6 @@ from typing import Protocol, TypeVar
 from catalog.errors import CatalogOutageError, CatalogUnavailableError
 from catalog.logs import get_logger
 from catalog.retry import RetryPolicy
-from catalog.store import TransientStoreError
 
 T = TypeVar("T")
 
@@ -255,10 +254,10 @@ def _retry_kind(error: Exception, retry_also: tuple[type[Exception], ...]) -> st
     """The retries-by-kind label of an error worth waiting out; None for any other error."""
     if isinstance(error, CatalogOutageError):
         return None  # a guard further in already gave up: the budget is spent
-    if isinstance(error, TransientStoreError):
-        return error.kind.value if error.kind.is_outage else None
     if isinstance(error, CatalogUnavailableError):
-        return "unavailable"  # a commit or connect that gave up on its own retries
+        if error.kind is None:
+            return "unavailable"  # a commit or connect that gave up on its own retries
+        return error.kind.value if error.kind.is_outage else None
     if retry_also and isinstance(error, retry_also):
         return _snake(type(error).__name__)
     return None

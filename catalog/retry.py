@@ -1,7 +1,10 @@
 """A pure, frozen retry policy: bounded attempts, exponential backoff with full jitter, deadline.
 
-The clock, sleep and random source are injectable so that tests prove retries happen (and stop)
-without waiting for real time.
+:meth:`RetryPolicy.run` is lakestream's one rebase-and-retry loop: ``Table.append`` / ``upsert``
+/ ``delete`` / ``update`` / ``evolve_schema``, partition TTL, the ingest sink and the compactor
+commit through it, each with its own policy and its own idea of what is worth another attempt
+(usually :func:`lost_to_concurrent_write`). The clock, sleep and random source are injectable so
+that tests prove retries happen (and stop) without waiting for real time.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from catalog.errors import CommitConflict, ConflictKind
 
 T = TypeVar("T")
 
@@ -53,10 +58,16 @@ class RetryPolicy:
             self.sleep(pause)
 
     def run(self, fn: Callable[[int], T], *, retry_if: Callable[[Exception], bool]) -> T:
-        """``fn(attempt)`` until it returns. An error ``retry_if`` accepts is tried again while
-        the policy lasts, then raised; any other error is raised at once.
+        """``fn(attempt)`` until it returns. An error ``retry_if`` accepts is tried again after
+        a jittered pause while the policy lasts; any other error is raised at once.
 
-        ``fn`` gets the attempt number, so a caller can rebase before trying again.
+        ``fn`` gets the attempt number (from 1), so a caller rebases before trying again: it
+        re-reads the table's version and re-stages, or moves the same files onto it.
+
+        Raises:
+            Exception: the last error ``retry_if`` accepted, once the attempts or the deadline
+                are spent (typed as ``fn`` raised it, e.g. :class:`CommitConflict`); any error
+                it does not accept, at once.
         """
         last: Exception | None = None
         for attempt in self.attempts_iter():
@@ -71,3 +82,11 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(attempts=1)
+
+REBASE_RETRY = RetryPolicy(attempts=5, base_delay=0.01, max_delay=0.5, deadline=60.0)
+"""Row writes and schema changes that lost to a concurrent commit: rebase, try again soon."""
+
+
+def lost_to_concurrent_write(error: Exception) -> bool:
+    """A commit that lost to a concurrent write: rebased on the new version it may land."""
+    return isinstance(error, CommitConflict) and error.kind is ConflictKind.CONCURRENT_WRITE

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import psycopg
@@ -19,57 +18,10 @@ from psycopg import errors as pg_errors
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from catalog.errors import CatalogUnavailableError
+from catalog.errors import CatalogUnavailableError, UnavailableKind
 from catalog.migrations import migrate
 
 Row = dict[str, Any]
-
-
-class StoreFailure(StrEnum):
-    """What kind of transient failure a :class:`TransientStoreError` is (metrics label it)."""
-
-    CONNECTION = "connection"
-    """The connection was refused or broke (the server stopped, the network failed)."""
-    RESTARTING = "restarting"
-    """The server is shutting down or starting up."""
-    NO_CONNECTION = "no_connection"
-    """The pool could not hand out a working connection within ``connect_timeout``."""
-    STATEMENT_TIMEOUT = "statement_timeout"
-    CONFLICT = "conflict"
-    """A serialization failure or deadlock: the transaction may simply run again."""
-    LOCK_BUSY = "lock_busy"
-
-    @property
-    def is_outage(self) -> bool:
-        """True when the database is unreachable rather than busy: worth waiting out."""
-        return self in _OUTAGE_FAILURES
-
-
-_OUTAGE_FAILURES = frozenset(
-    {StoreFailure.CONNECTION, StoreFailure.RESTARTING, StoreFailure.NO_CONNECTION}
-)
-
-
-class TransientStoreError(CatalogUnavailableError):
-    """A failure after which the same unit of work may simply be tried again.
-
-    A :class:`CatalogUnavailableError`, so it never escapes the catalog's error root; ``kind``
-    tells an outage (retried by :mod:`catalog.outage`) from a busy database.
-    """
-
-    def __init__(
-        self, reason: str, cause: BaseException, kind: StoreFailure = StoreFailure.CONNECTION
-    ) -> None:
-        super().__init__(f"{reason}: {_one_line(cause)}")
-        self.reason = reason
-        self.kind = kind
-
-
-class LockBusy(TransientStoreError):
-    """``lock_timeout`` expired while waiting for another committer."""
-
-    def __init__(self, reason: str, cause: BaseException) -> None:
-        super().__init__(reason, cause, StoreFailure.LOCK_BUSY)
 
 
 @dataclass(frozen=True)
@@ -128,13 +80,18 @@ class PgStore:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[DictRow]]:
-        """A pooled connection; connection-level failures surface as transient errors."""
+        """A pooled connection. Every transient driver failure in the block (and in handing out
+        the connection) leaves as :class:`CatalogUnavailableError`, so no caller can let a
+        psycopg error escape the catalog by forgetting :func:`translate_errors`."""
         try:
-            with self._pool.connection(timeout=self.settings.connect_timeout) as conn:
+            with (
+                translate_errors(),
+                self._pool.connection(timeout=self.settings.connect_timeout) as conn,
+            ):
                 yield conn
         except PoolTimeout as exc:
-            raise TransientStoreError(
-                "no catalog connection available", exc, StoreFailure.NO_CONNECTION
+            raise _unavailable(
+                "no catalog connection available", exc, UnavailableKind.NO_CONNECTION
             ) from exc
 
     def fetch_all(self, sql: Any, params: dict[str, Any]) -> list[Row]:
@@ -148,27 +105,33 @@ class PgStore:
 
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
-    """Map the driver's transient failures to :class:`TransientStoreError`; others pass."""
+    """Map the driver's transient failures to :class:`CatalogUnavailableError` with their
+    :class:`UnavailableKind`; other errors pass (they are bugs, or handled by the caller, such
+    as a unique violation that means "already exists")."""
     try:
         yield
     except pg_errors.LockNotAvailable as exc:
-        raise LockBusy("table locked by other committers", exc) from exc
+        raise _unavailable(
+            "table locked by other committers", exc, UnavailableKind.LOCK_BUSY
+        ) from exc
     except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
-        raise TransientStoreError(
-            "transaction conflict in PostgreSQL", exc, StoreFailure.CONFLICT
+        raise _unavailable(
+            "transaction conflict in PostgreSQL", exc, UnavailableKind.CONFLICT
         ) from exc
     except pg_errors.QueryCanceled as exc:
-        raise TransientStoreError(
-            "statement timed out", exc, StoreFailure.STATEMENT_TIMEOUT
-        ) from exc
+        raise _unavailable("statement timed out", exc, UnavailableKind.STATEMENT_TIMEOUT) from exc
     except (pg_errors.AdminShutdown, pg_errors.CannotConnectNow) as exc:
-        raise TransientStoreError(
-            "catalog database is restarting", exc, StoreFailure.RESTARTING
+        raise _unavailable(
+            "catalog database is restarting", exc, UnavailableKind.RESTARTING
         ) from exc
     except psycopg.OperationalError as exc:
-        raise TransientStoreError(
-            "catalog connection failed", exc, StoreFailure.CONNECTION
-        ) from exc
+        raise _unavailable("catalog connection failed", exc, UnavailableKind.CONNECTION) from exc
+
+
+def _unavailable(
+    reason: str, cause: BaseException, kind: UnavailableKind
+) -> CatalogUnavailableError:
+    return CatalogUnavailableError(f"{reason}: {_one_line(cause)}", kind=kind)
 
 
 def _one_line(error: BaseException) -> str:

@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 
 from catalog.dml import StatementResult, WhereSpec, run_statement
 from catalog.errors import (
-    CatalogError,
     CommitConflict,
     ConflictKind,
     MaintenanceConfigError,
@@ -42,7 +41,7 @@ from catalog.model import (
 )
 from catalog.planning import PartitionFilter, ScanPlan, plan_scan
 from catalog.queries import query
-from catalog.retry import RetryPolicy
+from catalog.retry import REBASE_RETRY, RetryPolicy, lost_to_concurrent_write
 from catalog.scan import FilterSpec, Scan, ScanFilter, partition_filter
 from catalog.schema_changes import plan_schema_change, record_schema
 from catalog.snapshots import all_partition_heads, load_snapshots, partition_heads
@@ -107,6 +106,12 @@ class Table:
         return self
 
     def current_version(self) -> int:
+        """The table's latest version.
+
+        Raises:
+            TableNotFoundError: the table was dropped.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         row = self.catalog.store.fetch_one(query("table_head"), {"table_id": self.meta.table_id})
         if row is None:
             raise TableNotFoundError(self.name)
@@ -115,8 +120,12 @@ class Table:
     def resolve_version(self, version: int | None = None, as_of: dt.datetime | None = None) -> int:
         """The table version a read at ``version`` / ``as_of`` (default: latest) sees.
 
-        Below the expiry horizon (see :meth:`expire_versions`) it raises
-        :class:`VersionExpiredError` naming the oldest version kept."""
+        Raises:
+            VersionNotFoundError: the table has no such version.
+            VersionExpiredError: below the expiry horizon (see :meth:`expire_versions`); it
+                names the oldest version kept.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         if version is not None and as_of is not None:
             raise ValueError("give version or as_of, not both")
         latest = self.current_version()
@@ -150,6 +159,8 @@ class Table:
         """Which files a read of this table at a version sees, partition by partition.
 
         Raises:
+            VersionNotFoundError: the table has no such version (``VersionExpiredError``: it
+                was expired).
             CatalogUnavailableError: the catalog database could not be reached. Reads fail
                 fast (they are interactive); long-running writers wait outages out with
                 :class:`catalog.OutageGuard` instead.
@@ -173,7 +184,12 @@ class Table:
         return plan_scan(self.meta, table_version, snapshots)
 
     def history(self, limit: int = 100, after: int = 0) -> list[VersionInfo]:
-        """Versions newest first: op, time, writer and batch, files and rows."""
+        """Versions newest first: op, time, writer and batch, files and rows.
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached (reads fail
+                fast; see :meth:`plan`).
+        """
         rows = self.catalog.store.fetch_all(
             query("table_history"),
             {"table_id": self.meta.table_id, "limit": limit, "after": after},
@@ -230,6 +246,9 @@ class Table:
         (they prune partitions, buckets and files) or a ``pyarrow.compute`` expression.
 
         Raises:
+            TableNotFoundError: the table was dropped.
+            VersionNotFoundError: the table has no such version (``VersionExpiredError``: it
+                was expired).
             CatalogUnavailableError: the catalog database could not be reached (within the
                 store's ``connect_timeout``). A read never waits out an outage: it is
                 interactive, so it fails fast and leaves retrying to its caller.
@@ -246,13 +265,28 @@ class Table:
         *,
         key: IdempotencyKey | None = None,
         options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
     ) -> CommitResult:
-        """Append rows to an append table: files near the target size, one append commit."""
+        """Append rows to an append table: files near the target size, one append commit.
+        A commit that loses to a concurrent one lands the same files on the new version
+        (bounded by ``retry``, default :data:`catalog.retry.REBASE_RETRY`).
+
+        Raises:
+            CommitConflict: a concurrent commit won every attempt of ``retry`` (the table's
+                rows were rebased onto each new version in between; kind ``busy``: the table
+                stayed locked).
+            CommitRejected: the table was dropped, or the commit can never land as it is.
+            CommitStateUnknown: the connection died during COMMIT; resolve by ``key``.
+            CatalogUnavailableError: the catalog database could not be reached.
+            SchemaError: the data does not fit the table's schema.
+            TableNotFoundError: the table was dropped.
+        """
         self.refresh()
         return self._commit_rebasing(
             lambda base: stage_append(self.meta, data, options or DEFAULT_WRITE_OPTIONS, base),
             key,
             depends_on_state=False,
+            retry=retry,
         )
 
     def upsert(
@@ -261,8 +295,22 @@ class Table:
         *,
         key: IdempotencyKey | None = None,
         options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
     ) -> CommitResult:
-        """Insert or replace rows by primary key: one sorted run per touched bucket."""
+        """Insert or replace rows by primary key: one sorted run per touched bucket. A commit
+        that loses to a concurrent one is rebased and tried again (bounded by ``retry``,
+        default :data:`catalog.retry.REBASE_RETRY`).
+
+        Raises:
+            CommitConflict: a concurrent commit won every attempt of ``retry`` (the table's
+                rows were rebased onto each new version in between; kind ``busy``: the table
+                stayed locked).
+            CommitRejected: the table was dropped, or the commit can never land as it is.
+            CommitStateUnknown: the connection died during COMMIT; resolve by ``key``.
+            CatalogUnavailableError: the catalog database could not be reached.
+            SchemaError: the data does not fit the table's schema.
+            TableNotFoundError: the table was dropped.
+        """
         self.refresh()
         moves = not set(self.meta.spec.columns) <= set(self.meta.primary_key)
 
@@ -272,7 +320,7 @@ class Table:
                 changes = pa.concat_tables([changes, self._moved_key_deletes(changes, base)])
             return stage_changes(self.meta, changes, options or DEFAULT_WRITE_OPTIONS, base)
 
-        return self._commit_rebasing(stage, key, depends_on_state=moves)
+        return self._commit_rebasing(stage, key, depends_on_state=moves, retry=retry)
 
     @overload
     def delete(
@@ -281,6 +329,7 @@ class Table:
         *,
         key: IdempotencyKey | None = None,
         options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
     ) -> CommitResult: ...
 
     @overload
@@ -304,13 +353,23 @@ class Table:
     ) -> CommitResult | StatementResult:
         """Delete rows by primary key (``keys``, CDC tables; partition columns are looked up
         when not given), or every row matching ``where`` (both table kinds, one commit; see
-        :mod:`catalog.dml`)."""
+        :mod:`catalog.dml`). Either way a commit that loses to a concurrent one is rebased and
+        tried again, bounded by ``retry``.
+
+        Raises:
+            CommitConflict: a concurrent commit won every attempt of ``retry``.
+            CommitRejected: the table was dropped, or the commit can never land as it is.
+            CommitStateUnknown: the connection died during COMMIT; resolve by ``key``.
+            CatalogUnavailableError: the catalog database could not be reached.
+            SchemaError: the keys lack a key column, or do not fit the table's schema.
+            StatementError: ``where`` names no column of the table or cannot be evaluated.
+        """
         if (keys is None) == (where is None):
             raise TypeError("delete() takes keys (a pyarrow Table) or where=..., not both")
         if where is not None:
             return run_statement(self, where, None, key=key, options=options, retry=retry)
         assert keys is not None
-        return self._delete_keys(keys, key=key, options=options)
+        return self._delete_keys(keys, key=key, options=options, retry=retry)
 
     def update(
         self,
@@ -325,8 +384,18 @@ class Table:
 
         Append tables rewrite the files holding matches (an ``update`` commit); CDC tables
         write the matching keys' new rows as a merge run. A statement that loses to a
-        concurrent append or merge is evaluated again on the new version (see
-        :mod:`catalog.dml`)."""
+        concurrent append or merge is evaluated again on the new version, bounded by ``retry``
+        (see :mod:`catalog.dml`).
+
+        Raises:
+            CommitConflict: a concurrent commit won every attempt of ``retry`` (kind ``busy``:
+                the table stayed locked; it is not retried).
+            CommitRejected: the table was dropped, or the commit can never land as it is.
+            CommitStateUnknown: the connection died during COMMIT; resolve by ``key``.
+            CatalogUnavailableError: the catalog database could not be reached.
+            StatementError: ``where`` or ``set`` names no column of the table, or a value does
+                not fit its column.
+        """
         return run_statement(self, where, set, key=key, options=options, retry=retry)
 
     def _delete_keys(
@@ -335,6 +404,7 @@ class Table:
         *,
         key: IdempotencyKey | None = None,
         options: WriteOptions | None = None,
+        retry: RetryPolicy | None = None,
     ) -> CommitResult:
         self.refresh()
         lookup = not set(self.meta.spec.columns) <= set(keys.column_names)
@@ -345,7 +415,7 @@ class Table:
                 self.meta, deletes(self.meta, located), options or DEFAULT_WRITE_OPTIONS, base
             )
 
-        return self._commit_rebasing(stage, key, depends_on_state=lookup)
+        return self._commit_rebasing(stage, key, depends_on_state=lookup, retry=retry)
 
     def _commit_rebasing(
         self,
@@ -353,27 +423,23 @@ class Table:
         key: IdempotencyKey | None,
         *,
         depends_on_state: bool,
-        attempts: int = 5,
+        retry: RetryPolicy | None,
     ) -> CommitResult:
         """Commit, and on a concurrent-write conflict rebase: re-stage only if the written
         content depended on the table's state (a key lookup); otherwise the same files land on
         the new version, which is what re-running the write would produce."""
-        base = self.current_version()
-        commit = stage(base)
-        for attempt in range(1, attempts + 1):
-            request = CommitRequest(tables=(commit,), key=key or IdempotencyKey.anonymous())
-            try:
-                return self.catalog.commit(request, known={self.name: self.meta})
-            except CommitConflict as exc:
-                if exc.kind is not ConflictKind.CONCURRENT_WRITE or attempt == attempts:
-                    raise
-                base = self.current_version()
-                commit = (
-                    stage(base)
-                    if depends_on_state
-                    else commit.model_copy(update={"base_version": base})
-                )
-        raise AssertionError("unreachable")
+        staged: list[TableCommit] = []
+
+        def attempt(number: int) -> CommitResult:
+            base = self.current_version()
+            if number == 1 or depends_on_state:
+                staged.append(stage(base))
+            else:
+                staged.append(staged[-1].model_copy(update={"base_version": base}))
+            request = CommitRequest(tables=(staged[-1],), key=key or IdempotencyKey.anonymous())
+            return self.catalog.commit(request, known={self.name: self.meta})
+
+        return (retry or REBASE_RETRY).run(attempt, retry_if=lost_to_concurrent_write)
 
     def _locate(self, keys: pa.Table, version: int) -> pa.Table:
         """The given keys as they exist at ``version``, with their partition columns."""
@@ -412,13 +478,22 @@ class Table:
             moved = differs if moved is None else pc.or_(moved, differs)
         return deletes(self.meta, joined.filter(moved).select([*pk, *parts]))
 
-    def evolve_schema(self, new_schema: pa.Schema, *, allow_drop: bool = False) -> Table:
+    def evolve_schema(
+        self, new_schema: pa.Schema, *, allow_drop: bool = False, retry: RetryPolicy | None = None
+    ) -> Table:
         """Change the schema: add nullable columns, widen types, drop (if allowed) columns.
 
         Files written under older schemas read under the new one (added columns null, widened
-        types cast). An incompatible change raises :class:`SchemaError` naming the column.
+        types cast). A change that races another schema change is planned again on the schema
+        that won (bounded by ``retry``).
+
+        Raises:
+            SchemaError: the change is incompatible (it names the column).
+            CommitConflict: other schema changes won every attempt of ``retry``.
+            CatalogUnavailableError: the catalog database could not be reached.
         """
-        for _ in range(5):
+
+        def attempt(_: int) -> Table:
             self.refresh()
             target = plan_schema_change(self.meta, new_schema, allow_drop=allow_drop)
             if target is None:
@@ -428,10 +503,14 @@ class Table:
                 new_id = record_schema(
                     conn, self.meta.table_id, self.meta.current_schema_id, target
                 )
-            if new_id is not None:
-                log.info("schema_changed", table=self.name, schema_id=new_id)
-                return self.refresh()
-        raise CatalogError(f"the schema of {self.name} kept changing; try again")
+            if new_id is None:  # another schema change landed since the refresh
+                raise CommitConflict(
+                    kind=ConflictKind.CONCURRENT_WRITE, table=self.name, winning_op="schema change"
+                )
+            log.info("schema_changed", table=self.name, schema_id=new_id)
+            return self.refresh()
+
+        return (retry or REBASE_RETRY).run(attempt, retry_if=lost_to_concurrent_write)
 
     def add_column(self, name: str, arrow_type: pa.DataType) -> Table:
         """Add a nullable column (old rows read it as null)."""

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from catalog.meta import TableMeta
-from catalog.planning import ScanPlan
+from catalog import ScanPlan, TableMeta
 from compaction.planner import small_files
 from compaction.policy import CompactionPolicy
 

@@ -32,13 +32,13 @@ from catalog import (
     CatalogError,
     CatalogOutageError,
     OutageGuard,
+    ScanPlan,
     Table,
+    TableHead,
+    TableMeta,
     TableNotFoundError,
 )
-from catalog.catalog import TableHead
 from catalog.logs import get_logger
-from catalog.meta import TableMeta
-from catalog.planning import ScanPlan
 from compaction.backlog import Backlog, backlog, waiting_partitions
 from compaction.errors import CompactionError
 from compaction.planner import plan_table

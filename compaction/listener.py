@@ -14,7 +14,7 @@ import uuid
 import psycopg
 from psycopg import sql
 
-from catalog.committer import COMMIT_CHANNEL
+from catalog import COMMIT_CHANNEL
 from catalog.logs import get_logger
 
 log = get_logger("lakestream.compaction.listener")

@@ -29,11 +29,9 @@ from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from catalog import Catalog, CatalogError, Table
+from catalog import Catalog, CatalogError, NamedQueries, Table
 from catalog.logs import get_logger
 from catalog.maintenance import ExpiryReport, MaintenancePolicy, TtlReport, VacuumReport
-from catalog.queries import NamedQueries
-from catalog.store import TransientStoreError
 from compaction.coordinator import matches
 from compaction.queue import TaskQueue
 
@@ -114,7 +112,7 @@ class MaintenanceScheduler:
             return []
         try:
             claimed = self._claim()
-        except (CatalogError, TransientStoreError) as exc:
+        except CatalogError as exc:
             log.error("maintenance_claim_failed", error=str(exc))
             return []
         return [self._run(table_id, name) for table_id, name in claimed]

@@ -32,7 +32,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from catalog.outage import OutageStats
+from catalog import OutageStats
 from compaction.backlog import Backlog
 from compaction.queue import TaskResult
 

@@ -25,10 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog import DataFile
-from catalog.files.stats import decode_stat
-from catalog.meta import TableMeta
-from catalog.planning import PartitionScan, ScanPlan
+from catalog import DataFile, PartitionScan, ScanPlan, TableMeta
+from catalog.files import decode_stat
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionKind, CompactionTask
 

@@ -30,15 +30,21 @@ import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from catalog import CatalogOutageError, DataFile, OutageGuard
-from catalog.queries import NamedQueries
-from catalog.store import PgStore, Row, TransientStoreError, translate_errors
+from catalog import (
+    CatalogOutageError,
+    CatalogUnavailableError,
+    DataFile,
+    NamedQueries,
+    OutageGuard,
+    PgStore,
+)
 from compaction.errors import CompactionError
 from compaction.task import CompactionKind, CompactionOutcome, CompactionTask
 
 query = NamedQueries("compaction", "sql/queue.sql")
 T = TypeVar("T")
 Connection = psycopg.Connection[DictRow]
+Row = dict[str, Any]
 
 #: Outcome recorded for a task that raised (or whose lease lapsed too often).
 FAILED = "failed"
@@ -269,14 +275,14 @@ class TaskQueue:
         budget raises CatalogOutageError; any other transient failure QueueUnavailable."""
 
         def attempt() -> T:
-            with self._store.connection() as conn, translate_errors():
+            with self._store.connection() as conn:  # translates the driver's errors
                 return work(conn)
 
         try:
             return self.guard.call(f"queue.{operation}", attempt)
         except CatalogOutageError:
             raise
-        except TransientStoreError as exc:
+        except CatalogUnavailableError as exc:
             raise QueueUnavailable(operation, exc) from exc
 
 

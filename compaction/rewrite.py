@@ -31,27 +31,39 @@ import pyarrow as pa
 
 from catalog import (
     Catalog,
+    CatalogUnavailableError,
     CommitConflict,
     CommitOp,
     CommitRejected,
+    CommitResult,
     ConflictKind,
     DataFile,
     FileAction,
     FileOp,
     PartitionCommit,
+    RetryPolicy,
     Table,
+    TableMeta,
     TableNotFoundError,
+    VersionExpiredError,
 )
-from catalog.errors import CatalogUnavailableError, VersionExpiredError
-from catalog.files.reader import read_merged, read_whole_files
-from catalog.files.writer import WriteOptions, write_data_file, write_data_files
+from catalog.files import (
+    WriteOptions,
+    read_merged,
+    read_whole_files,
+    write_data_file,
+    write_data_files,
+)
 from catalog.logs import get_logger
-from catalog.meta import TableMeta
 from compaction.errors import CompactionError
 from compaction.planner import bins_of
 from compaction.task import CompactionKind, CompactionOutcome, CompactionTask, OutcomeStatus
 
 log = get_logger("lakestream.compaction")
+
+#: A commit that found the table locked past the committer's own retries: the outputs are kept
+#: and the same commit tried again a little later, before the task is given up.
+BUSY_RETRY = RetryPolicy(attempts=3, base_delay=0.5, max_delay=5.0, deadline=60.0)
 
 
 class InvalidTaskError(CompactionError, ValueError):
@@ -71,7 +83,11 @@ class _Landing:
 
 
 def compact(
-    catalog: Catalog, task: CompactionTask, *, options: WriteOptions | None = None
+    catalog: Catalog,
+    task: CompactionTask,
+    *,
+    options: WriteOptions | None = None,
+    retry: RetryPolicy = BUSY_RETRY,
 ) -> CompactionOutcome:
     """Run one task: skip if task.key() already landed (ALREADY_DONE); read inputs; write outputs
     through catalog.files; commit op COMPACTION at task.base_version with key task.key();
@@ -79,12 +95,21 @@ def compact(
     dropped meanwhile; outputs removed). Raises only for real failures (CatalogError, IO errors).
 
     ``options`` are the file writer's (compression, fsync, row groups); the target file size is
-    always the task's.
+    always the task's. ``retry`` bounds the attempts at a commit that finds the table busy.
+
+    Raises:
+        InvalidTaskError: a task no snapshot could justify (a planning bug); nothing written.
+        CommitConflict: the table stayed locked (kind ``busy``) through every attempt of
+            ``retry``; the outputs were deleted.
+        CommitStateUnknown: the connection died during COMMIT; the outputs are kept (a rerun
+            resolves the task's key first).
+        CatalogUnavailableError: the catalog database could not be reached.
+        OSError: reading inputs or writing outputs failed; the outputs were deleted.
     """
     started = time.monotonic()
     write = replace(options or WriteOptions(), target_file_bytes=task.target_file_size)
     try:
-        landing, outputs = _run(catalog, task, write)
+        landing, outputs = _run(catalog, task, write, retry)
     except Exception as exc:
         _log(task, started, None, error=exc)
         raise
@@ -105,7 +130,7 @@ def compact(
 
 
 def _run(
-    catalog: Catalog, task: CompactionTask, options: WriteOptions
+    catalog: Catalog, task: CompactionTask, options: WriteOptions, retry: RetryPolicy
 ) -> tuple[_Landing, tuple[DataFile, ...]]:
     earlier = _landed_before(catalog, task)
     if earlier is not None:
@@ -117,7 +142,7 @@ def _run(
     if missing:
         return _Landing(OutcomeStatus.REPLAN, None, missing), ()
     outputs = _write(table.meta, task, options)
-    landing = _land(table, task, outputs)
+    landing = _land(table, task, outputs, retry)
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
         return landing, outputs  # live, or recorded for cleanup
     return landing, ()  # _land deleted them
@@ -268,18 +293,27 @@ def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
 # ---------------------------------------------------------------------------------- landing
 
 
-def _land(table: Table, task: CompactionTask, outputs: tuple[DataFile, ...]) -> _Landing:
+def _land(
+    table: Table,
+    task: CompactionTask,
+    outputs: tuple[DataFile, ...],
+    retry: RetryPolicy = BUSY_RETRY,
+) -> _Landing:
     ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
     ops += [FileOp(action=FileAction.ADD, file=f) for f in outputs]
     commit = PartitionCommit(partition_desc=task.partition_desc, ops=tuple(ops))
-    try:
-        result = table.commit(
+
+    def attempt(_: int) -> CommitResult:
+        return table.commit(
             CommitOp.COMPACTION,
             [commit],
             base_version=task.base_version,
             key=task.key(),
             record_progress=False,  # a task is a one-off writer: see CommitRequest
         )
+
+    try:
+        result = retry.run(attempt, retry_if=_table_busy)
     except CommitConflict as exc:  # did not land, definitely
         _remove(table.meta, outputs)
         if exc.kind is ConflictKind.INPUT_FILES_GONE:
@@ -308,6 +342,12 @@ def _land(table: Table, task: CompactionTask, outputs: tuple[DataFile, ...]) -> 
             f"{task.base_version}; outputs recorded for cleanup",
         )
     return _Landing(OutcomeStatus.COMMITTED, mine.version)
+
+
+def _table_busy(error: Exception) -> bool:
+    """A compaction never loses to a write (the matrix reorders or discards it), but it can find
+    the table locked past the committer's patience: the same commit, same key, tries again."""
+    return isinstance(error, CommitConflict) and error.kind is ConflictKind.BUSY
 
 
 def _log(

@@ -22,8 +22,14 @@ from catalog.files.evolution import (
 )
 from catalog.files.layout import new_data_file_path, partition_path
 from catalog.files.merge import last_change_per_key, merge_runs
-from catalog.files.pruning import Predicate, may_contain, may_match, to_expression
-from catalog.files.reader import RowFilter, read_files, read_merged, read_merged_buckets
+from catalog.files.pruning import Op, Predicate, may_contain, may_match, to_expression
+from catalog.files.reader import (
+    RowFilter,
+    read_files,
+    read_merged,
+    read_merged_buckets,
+    read_whole_files,
+)
 from catalog.files.stats import column_stats, decode_stat, encode_stat
 from catalog.files.writer import (
     WriteOptions,
@@ -35,6 +41,7 @@ from catalog.files.writer import (
 
 __all__ = [
     "Change",
+    "Op",
     "ChangeKind",
     "Predicate",
     "RowFilter",
@@ -57,6 +64,7 @@ __all__ = [
     "read_files",
     "read_merged",
     "read_merged_buckets",
+    "read_whole_files",
     "require_allowed",
     "split_by_bucket",
     "to_expression",

@@ -22,11 +22,15 @@ from catalog.logs import get_logger
 from catalog.model import CommitOp, FileAction, FileOp, IdempotencyKey, PartitionCommit
 from catalog.partitioning import typed_value
 from catalog.planning import PartitionScan
+from catalog.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from catalog.table import Table
 
 log = get_logger("lakestream.catalog.maintenance")
+
+#: A drop that lost to a concurrent append or merge is planned again at the new version.
+TTL_RETRY = RetryPolicy(attempts=5, base_delay=0.05, max_delay=1.0)
 
 
 @dataclass(frozen=True)
@@ -68,40 +72,44 @@ def drop_expired_partitions(
     column: str,
     now: dt.datetime | None = None,
     dry_run: bool = False,
-    attempts: int = 5,
+    retry: RetryPolicy | None = None,
 ) -> TtlReport:
-    """Drop partitions older than ``ttl`` in one ``update`` commit; returns what it did."""
+    """Drop partitions older than ``ttl`` in one ``update`` commit; returns what it did.
+
+    Raises:
+        CommitConflict: concurrent writes into the doomed partitions won every attempt.
+    """
     moment = now or dt.datetime.now(dt.UTC)
     cutoff = moment - ttl
     arrow_type = table.schema.field(column).type
-    for attempt in range(1, attempts + 1):
+
+    def attempt(number: int) -> TtlReport:
         base = table.current_version()
         doomed = [
             p
             for p in table.plan(version=base).partitions
             if expired(typed_value(p.values.get(column), arrow_type), cutoff)
         ]
-        report = _report(table, column, cutoff, doomed, attempts=attempt, dry_run=dry_run)
         if dry_run or not doomed:
-            break
-        try:
-            result = table.commit(
-                CommitOp.UPDATE,
-                [_drop(p) for p in doomed],
-                base_version=base,
-                key=IdempotencyKey.anonymous(),
-            )
-        except CommitConflict as exc:
-            if attempt == attempts or exc.kind is ConflictKind.BUSY:
-                raise
-            continue
-        version = result.version_of(table.name)
-        report = _report(
-            table, column, cutoff, doomed, attempts=attempt, dry_run=dry_run, version=version
+            return _report(table, column, cutoff, doomed, attempts=number, dry_run=dry_run)
+        result = table.commit(
+            CommitOp.UPDATE,
+            [_drop(p) for p in doomed],
+            base_version=base,
+            key=IdempotencyKey.anonymous(),
         )
-        break
+        version = result.version_of(table.name)
+        return _report(
+            table, column, cutoff, doomed, attempts=number, dry_run=dry_run, version=version
+        )
+
+    report = (retry or TTL_RETRY).run(attempt, retry_if=_plan_again)
     log.info("partition_ttl", **{k: v for k, v in report.to_json().items() if k != "partitions"})
     return report
+
+
+def _plan_again(error: Exception) -> bool:
+    return isinstance(error, CommitConflict) and error.kind is not ConflictKind.BUSY
 
 
 def _drop(partition: PartitionScan) -> PartitionCommit:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog.model import ROW_KIND_COLUMN, UNSET_COLUMN, UNSET_TYPE
+from catalog import ROW_KIND_COLUMN, UNSET_COLUMN, UNSET_TYPE
 from ingest.debezium.codecs import BUILD_ERRORS, Codec
 from ingest.debezium.errors import DeadLetterReason
 from ingest.debezium.model import DeadLetter, DecodedTable

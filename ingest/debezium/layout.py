@@ -67,6 +67,7 @@ from ingest.debezium.codecs import (
     TimestampCodec,
     ZonedTimestampCodec,
 )
+from ingest.debezium.errors import DebeziumError
 
 #: Field-metadata key holding the Debezium / Kafka Connect logical type name of a column.
 LOGICAL_KEY = b"debezium.logical"
@@ -110,7 +111,7 @@ _PRIMITIVES: dict[str, Callable[[], Codec]] = {
 }
 
 
-class UnsupportedSchema(ValueError):
+class UnsupportedSchema(DebeziumError, ValueError):
     """A connect or Arrow schema this decoder has no mapping for."""
 
 

@@ -11,7 +11,7 @@ from itertools import groupby
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog.model import ROW_KIND_COLUMN, UNSET_COLUMN
+from catalog import ROW_KIND_COLUMN, UNSET_COLUMN
 from ingest.debezium.errors import DeadLetterReason, DecoderConfigError
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_arrow
 

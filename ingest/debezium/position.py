@@ -30,6 +30,8 @@ from collections.abc import Mapping
 
 import orjson
 
+from ingest.debezium.errors import DebeziumError
+
 #: Name of the column holding the encoded source position of each row.
 SEQ_COLUMN = "_ls_seq"
 #: Width of an encoded position in bytes.
@@ -43,7 +45,7 @@ LSN_LIMIT = 1 << 64
 _BINLOG = struct.Struct(">IQI").pack
 
 
-class BadPosition(ValueError):
+class BadPosition(DebeziumError, ValueError):
     """The ``source`` block holds a position that cannot be encoded."""
 
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 import orjson
 import pyarrow as pa
 
-from catalog.model import ROW_KIND_DELETE, ROW_KIND_UPSERT
+from catalog import ROW_KIND_DELETE, ROW_KIND_UPSERT
 from ingest.debezium.errors import DeadLetterReason, MessageError
 from ingest.debezium.fastpath import FastRows, embedded_schema, usable
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_connect

@@ -31,6 +31,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from ingest.errors import IngestError
+
 #: Producer settings that keep tansu's high watermark right: one record per record batch.
 #: ``batch.num.messages=1`` makes librdkafka close a batch after each record (a request may
 #: still carry one batch per partition); Nagle is off because requests are tiny. tansu takes
@@ -45,7 +47,7 @@ _READY_TIMEOUT_S = 15.0
 _STOP_TIMEOUT_S = 5.0
 
 
-class LocalBrokerError(RuntimeError):
+class LocalBrokerError(IngestError, RuntimeError):
     """The broker binary could not be found, or the broker did not start or answer."""
 
 

@@ -28,12 +28,10 @@ from typing import Any
 
 from catalog import (
     Catalog,
-    CommitConflict,
     CommitOp,
     CommitRequest,
     CommitResult,
     CommitStateUnknown,
-    ConflictKind,
     FileAction,
     FileOp,
     IdempotencyKey,
@@ -41,13 +39,15 @@ from catalog import (
     PartitionCommit,
     RetryPolicy,
     Table,
+    TableAlreadyExistsError,
     TableCommit,
+    TableMeta,
     TableNotFoundError,
+    lost_to_concurrent_write,
+    schema_from_base64,
+    schema_to_base64,
 )
-from catalog.errors import TableAlreadyExistsError
 from catalog.logs import get_logger
-from catalog.meta import TableMeta
-from catalog.schemas import from_base64, to_base64
 from ingest.debezium import DecoderConfig
 from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.failpoints import FailAt, Failpoint
@@ -70,7 +70,18 @@ from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, wr
 log = get_logger("lakestream.ingest")
 
 #: Rebasing a commit that lost to a concurrent writer (the files do not depend on the table).
-_REBASE = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.2)
+REBASE_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.2)
+#: Write passes of one batch: a pass that brought new tables is written again at once.
+_WRITE_PASSES = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+
+
+class _TablesCreated(IngestError):
+    """A write pass brought tables the catalog lacked; they were created: write again."""
+
+    def __init__(self, tables: Iterable[str]) -> None:
+        super().__init__(
+            f"new tables kept appearing in one batch ({', '.join(sorted(tables))}); giving up on it"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,10 +111,17 @@ class BatchSink:
     """``foreachBatch`` callable; holds the catalog connection of the driver."""
 
     def __init__(
-        self, catalog: Catalog, settings: SinkSettings, guard: OutageGuard | None = None
+        self,
+        catalog: Catalog,
+        settings: SinkSettings,
+        guard: OutageGuard | None = None,
+        *,
+        retry: RetryPolicy = REBASE_RETRY,
     ) -> None:
         self.catalog = catalog
         self.settings = settings
+        self.retry = retry
+        """Bounds the rebases of a commit that lost to a concurrent write."""
         self.guard = guard or OutageGuard.fail_fast()
         """Every catalog call of the driver goes through it (a fail-fast one by default)."""
         tables = self.guard.call(
@@ -128,6 +146,15 @@ class BatchSink:
         self.failure: Exception | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        """Write and commit one micro-batch, exactly once per ``(writer, batch_id)``.
+
+        Raises:
+            TooManyDeadLetters: the dead-letter guard refused the batch; nothing committed.
+            SchemaChangeRefused: a table cannot follow the source's schema change.
+            IngestError: new tables kept appearing in one batch.
+            CommitConflict: a concurrent commit won every rebase of ``retry``.
+            CatalogOutageError: the catalog stayed unreachable past the outage budget.
+        """
         batch_of_run, self._batches_seen = self._batches_seen, self._batches_seen + 1
         try:
             self._batch(df, batch_id, batch_of_run)
@@ -170,22 +197,27 @@ class BatchSink:
 
         A batch the dead-letter guard refuses fails here, before any table is created or
         anything committed."""
-        for passes in range(1, 4):
-            plan = self._plan(batch_id)
-            rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
-            reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
-            too_many = self.settings.guard.check(topic_figures(reports))
-            if too_many is not None:
-                raise too_many
-            new = {t.table: t for r in reports for t in r.new_tables}
-            if not new:
-                refused = [x for r in reports for x in r.refused]
-                if refused:
-                    raise SchemaChangeRefused(*refused[0])
-                return reports, passes
+        return _WRITE_PASSES.run(
+            lambda passes: (self._write_pass(df, batch_id), passes),
+            retry_if=lambda error: isinstance(error, _TablesCreated),
+        )
+
+    def _write_pass(self, df: Any, batch_id: int) -> list[TaskReport]:
+        plan = self._plan(batch_id)
+        rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
+        reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
+        too_many = self.settings.guard.check(topic_figures(reports))
+        if too_many is not None:
+            raise too_many
+        new = {t.table: t for r in reports for t in r.new_tables}
+        if new:
             for new_table in new.values():
                 self._create(new_table)
-        raise IngestError("new tables kept appearing in one batch; giving up on it")
+            raise _TablesCreated(new)
+        refused = [x for r in reports for x in r.refused]
+        if refused:
+            raise SchemaChangeRefused(*refused[0])
+        return reports
 
     def _plan(self, batch_id: int) -> SinkPlan:
         """The tables the batch writes, and the version of each it is planned against.
@@ -240,7 +272,7 @@ class BatchSink:
     def _create(self, new: NewTable) -> None:
         """Create a table the batch brought (with the schema its rows carry, or the declared
         one for schemaless messages); logs whether it was really created."""
-        schema = from_base64(new.schema_b64)
+        schema = schema_from_base64(new.schema_b64)
         partition_by = self.settings.partition_by.get(new.table, ())
         self._tables.add(new.table)
         try:
@@ -292,13 +324,13 @@ class BatchSink:
         parts: dict[str, list[FileOp]] = defaultdict(list)
         for written in files:
             parts[written.partition_desc].append(FileOp(action=FileAction.ADD, file=written.file))
-        evolved = [from_base64(r.evolved[name]) for r in reports if name in r.evolved]
+        evolved = [schema_from_base64(r.evolved[name]) for r in reports if name in r.evolved]
         evolve_to = None
         if evolved:
             union, refused = widen_schema(meta, evolved)
             if refused is not None:
                 raise SchemaChangeRefused(name, *refused)
-            evolve_to = to_base64(union)
+            evolve_to = schema_to_base64(union)
         return TableCommit(
             table=name,
             op=CommitOp.MERGE if meta.is_cdc else CommitOp.APPEND,
@@ -325,7 +357,7 @@ class BatchSink:
                 requests.append(self._rebased(requests[-1]))
             return self._land(requests[-1])
 
-        return _REBASE.run(attempt, retry_if=_lost_to_a_concurrent_write)
+        return self.retry.run(attempt, retry_if=lost_to_concurrent_write)
 
     def _rebased(self, request: CommitRequest) -> CommitRequest:
         tables = tuple(
@@ -405,10 +437,6 @@ class BatchSink:
             attempts=result.attempts,
             lag_ms=_lag_ms(reports),
         )
-
-
-def _lost_to_a_concurrent_write(error: Exception) -> bool:
-    return isinstance(error, CommitConflict) and error.kind is ConflictKind.CONCURRENT_WRITE
 
 
 def _lag_ms(reports: Sequence[TaskReport]) -> int | None:

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pyarrow as pa
 
+from catalog import TableMeta
 from catalog.logs import get_logger
-from catalog.meta import TableMeta
 from ingest.debezium import DecoderConfig
 from ingest.debezium.layout import UnsupportedSchema, codec_for_arrow
 

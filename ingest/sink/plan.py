@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from catalog.meta import TableMeta
+from catalog import TableMeta
 from ingest.debezium import DecoderConfig
 from ingest.kafka.options import SourceOptions
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from catalog.model import DataFile
+from catalog import DataFile
 
 
 class _Model(BaseModel):

@@ -15,10 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from catalog import Catalog, Table
-from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
-from catalog.meta import SEQUENCE_COLUMN_PROPERTY
-from catalog.model import SEQUENCE_COLUMN
+from catalog import (
+    CONCURRENT_MERGE_PROPERTY,
+    SEQUENCE_COLUMN,
+    SEQUENCE_COLUMN_PROPERTY,
+    Catalog,
+    Table,
+)
 from ingest.debezium import SEQ_WIDTH, DecoderConfig
 from ingest.debezium.topics import route_topic
 from ingest.kafka.brokerview import BrokerView

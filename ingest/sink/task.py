@@ -17,12 +17,17 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from catalog.files.evolution import check_evolution, is_widening
+from catalog import (
+    SEQUENCE_COLUMN,
+    TableCommit,
+    TableMeta,
+    conform_changes,
+    schema_to_base64,
+    stage_append,
+    stage_changes,
+)
+from catalog.files import check_evolution, is_widening
 from catalog.logs import get_logger
-from catalog.meta import TableMeta
-from catalog.model import SEQUENCE_COLUMN, TableCommit
-from catalog.schemas import to_base64
-from catalog.writes import changes, stage_append, stage_changes
 from ingest.debezium import (
     DeadLetter,
     DeadLetterReason,
@@ -139,7 +144,7 @@ def _write_segment(segment: DecodedTable, plan: SinkPlan, acc: _Accumulator) -> 
             NewTable(
                 table=segment.table,
                 kind="cdc",
-                schema_b64=to_base64(proposed),
+                schema_b64=schema_to_base64(proposed),
                 primary_key=tuple(segment.primary_key),
             )
         )
@@ -147,7 +152,7 @@ def _write_segment(segment: DecodedTable, plan: SinkPlan, acc: _Accumulator) -> 
     target = _follow_schema(meta, proposed, acc)
     if target is None:
         return
-    acc.commit(stage_changes(target, changes(target, segment.rows)))
+    acc.commit(stage_changes(target, conform_changes(target, segment.rows)))
     acc.count(
         segment.table,
         TableCounts(
@@ -225,7 +230,7 @@ def _write_json(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -
         if meta is None:
             if rows.num_rows:
                 acc.new_table(
-                    NewTable(table=table, kind="append", schema_b64=to_base64(rows.schema))
+                    NewTable(table=table, kind="append", schema_b64=schema_to_base64(rows.schema))
                 )
             continue
         if rows.num_rows:
@@ -298,7 +303,7 @@ class _Accumulator:
             self._add(new_tables=[*self.report.new_tables, table])
 
     def evolve(self, table: str, schema: pa.Schema) -> None:
-        self._add(evolved={**self.report.evolved, table: to_base64(schema)})
+        self._add(evolved={**self.report.evolved, table: schema_to_base64(schema)})
 
     def refuse(self, table: str, column: str | None, reason: str) -> None:
         self._add(refused=[*self.report.refused, (table, column, reason)])

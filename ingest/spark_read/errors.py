@@ -1,15 +1,17 @@
 """Errors of the Spark batch reader.
 
-:class:`SparkReadError` is the root; like the Kafka source's and the Debezium decoder's roots it
-should become a subclass of the ``ingest`` package's root error (``IngestError``) once that
-exists. Catalog errors (an unknown table, a version the table does not have) are raised as the
+:class:`SparkReadError` is the reader's root; like the Kafka source's and the Debezium decoder's
+roots it derives from the ``ingest`` package's root, :class:`~ingest.errors.IngestError`.
+Catalog errors (an unknown table, a version the table does not have) are raised as the
 catalog's own types, unwrapped, so a caller can tell them apart the same way everywhere.
 """
 
 from __future__ import annotations
 
+from ingest.errors import IngestError
 
-class SparkReadError(Exception):
+
+class SparkReadError(IngestError):
     """Root of every error raised by ``ingest.spark_read``."""
 
 

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
     Not,
 )
 
-from catalog.files.pruning import Op, Predicate
+from catalog.files import Op, Predicate
 
 #: Whether a Python value is of the kind a column type holds.
 ValueCheck: TypeAlias = Callable[[object], bool]

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from catalog.files.pruning import Predicate, may_contain
-from catalog.model import DataFile
-from catalog.planning import PartitionScan
+from catalog import DataFile, PartitionScan
+from catalog.files import Predicate, may_contain
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog.files.reader import read_files, read_merged
+from catalog.files import read_files, read_merged
 from catalog.logs import get_logger
 from ingest.spark_read.errors import ColumnReadError
 from ingest.spark_read.planning import LakestreamPartition

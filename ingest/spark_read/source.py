@@ -36,10 +36,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from catalog import Catalog, StoreSettings, Table
-from catalog.files.pruning import Predicate
+from catalog import Catalog, Scan, ScanFilter, StoreSettings, Table, partition_filter
+from catalog.files import Predicate
 from catalog.logs import get_logger
-from catalog.scan import Scan, ScanFilter, partition_filter
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
 from ingest.spark_read.filters import ColumnRef, split_filters
 from ingest.spark_read.options import CATALOG, ReadOptions, parse_options

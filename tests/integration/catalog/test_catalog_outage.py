@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
 import pytest
 
@@ -17,8 +19,9 @@ from catalog import (
     OutageGuard,
     OutagePolicy,
     StoreSettings,
+    Table,
+    UnavailableKind,
 )
-from catalog.store import StoreFailure, TransientStoreError
 from tests.fixtures.commits import adds, file_names
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.outage import CrashablePostgres
@@ -46,8 +49,7 @@ def test_reads_fail_fast_while_a_guarded_call_waits_for_the_database(
                 with pytest.raises(CatalogUnavailableError) as raised:
                     read()
                 assert isinstance(raised.value, CatalogError)
-                assert isinstance(raised.value, TransientStoreError)
-                assert raised.value.kind.is_outage
+                assert raised.value.kind is not None and raised.value.kind.is_outage
         finally:
             outage_pg.recover()
 
@@ -75,9 +77,49 @@ def test_a_read_through_a_cut_network_is_a_catalog_error(
             proxy.partition()
             with pytest.raises(CatalogUnavailableError) as raised:  # no budget is waited out
                 table.scan()
-            assert raised.value.kind in {StoreFailure.CONNECTION, StoreFailure.NO_CONNECTION}
+            assert raised.value.kind in {UnavailableKind.CONNECTION, UnavailableKind.NO_CONNECTION}
             proxy.heal()
             assert table.scan().to_arrow().num_rows == 0
+    finally:
+        proxy.close()
+
+
+READS_AND_WHAT_THEY_SEND: dict[str, tuple[bytes, Callable[[Catalog, Table], object]]] = {
+    "load_table": (
+        b"current_schema_id, partition_columns, hash_buckets",
+        lambda catalog, _: catalog.load_table("logs.events"),
+    ),
+    "plan": (b"READ ONLY", lambda _, table: table.plan()),
+    "scan": (b"READ ONLY", lambda _, table: table.scan().to_arrow()),
+    "history": (b"commit_op, committed_at, writer_id, batch_id", lambda _, table: table.history()),
+}
+
+
+@pytest.mark.parametrize("read", sorted(READS_AND_WHAT_THEY_SEND))
+def test_a_connection_cut_during_a_read_is_one_catalog_error(
+    outage_pg: CrashablePostgres, tmp_path: Path, read: str
+):
+    """Cut mid-read, after the statement left the client: the caller gets exactly
+    CatalogUnavailableError - no psycopg error, no store-internal type - and the next read
+    works on a fresh connection."""
+    marker, call = READS_AND_WHAT_THEY_SEND[read]
+    dsn = outage_pg.database()
+    proxy = FaultProxy(outage_pg.port)
+    try:
+        with Catalog.connect(
+            proxy.dsn(dsn.rsplit("/", 1)[1]), warehouse=tmp_path, settings=QUICK
+        ) as catalog:
+            table = catalog.create_table("logs.events", SCHEMA)
+            table.commit(CommitOp.APPEND, [adds("", "a")])
+            rule = proxy.cut_when_sent(marker)
+            with pytest.raises(Exception) as raised:
+                call(catalog, table)
+            assert rule.fired
+            assert type(raised.value) is CatalogUnavailableError
+            assert not isinstance(raised.value, psycopg.Error)
+            assert raised.value.kind is UnavailableKind.CONNECTION
+            assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+            assert file_names(table.plan().files) == ["a"]
     finally:
         proxy.close()
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from catalog import CatalogOutageError, CatalogUnavailableError, CommitStateUnknown
+from catalog import (
+    CatalogOutageError,
+    CatalogUnavailableError,
+    CommitStateUnknown,
+    UnavailableKind,
+)
 from catalog.outage import OutageGuard, OutagePolicy
-from catalog.store import LockBusy, StoreFailure, TransientStoreError
 
 CATALOG = "postgresql://app:***@db.internal:5432/lake"
 
@@ -56,11 +59,9 @@ def guard(t: FakeTime, lines: Lines, budget: float = 60.0, rand: float = 1.0) ->
     )
 
 
-def down(kind: StoreFailure = StoreFailure.CONNECTION) -> TransientStoreError:
-    return TransientStoreError(
-        "catalog connection failed",
-        psycopg.OperationalError("connection refused\n\tIs the server running?"),
-        kind,
+def down(kind: UnavailableKind = UnavailableKind.CONNECTION) -> CatalogUnavailableError:
+    return CatalogUnavailableError(
+        "catalog connection failed: connection refused\n\tIs the server running?", kind=kind
     )
 
 
@@ -103,7 +104,8 @@ def test_the_budget_ends_the_wait_with_an_error_naming_catalog_and_length():
     assert 20.0 - 4.0 < error.outage_s <= 20.0 + 2.0  # no room for one more pause and try
     assert error.budget_s == 20.0 and error.attempts == len(lines.lines)
     assert isinstance(error, CatalogUnavailableError)
-    assert isinstance(error.__cause__, TransientStoreError)
+    assert isinstance(error.__cause__, CatalogUnavailableError)
+    assert error.__cause__.kind is UnavailableKind.CONNECTION
     assert CATALOG in str(error) and "the outage budget is 20 s" in str(error)
     assert "catalog_available" not in lines.events()
 
@@ -126,9 +128,9 @@ def test_one_budget_per_outage_however_many_calls_meet_it():
 @pytest.mark.parametrize(
     "error",
     [
-        lambda: LockBusy("table locked by other committers", RuntimeError("lock timeout")),
-        lambda: down(StoreFailure.STATEMENT_TIMEOUT),
-        lambda: down(StoreFailure.CONFLICT),
+        lambda: down(UnavailableKind.LOCK_BUSY),
+        lambda: down(UnavailableKind.STATEMENT_TIMEOUT),
+        lambda: down(UnavailableKind.CONFLICT),
         lambda: CommitStateUnknown("cut at COMMIT", writer_id="w", batch_id=1),
         lambda: ValueError("a bug, not an outage"),
         lambda: CatalogOutageError(
@@ -166,7 +168,9 @@ def test_stats_count_retries_by_kind_and_time_since_success():
     assert g.stats().seconds_since_success is None
     g.call("heads", lambda: 1)
     t.now += 7.0
-    kinds = iter([StoreFailure.CONNECTION, StoreFailure.NO_CONNECTION, StoreFailure.RESTARTING])
+    kinds = iter(
+        [UnavailableKind.CONNECTION, UnavailableKind.NO_CONNECTION, UnavailableKind.RESTARTING]
+    )
 
     def flapping() -> int:
         kind = next(kinds, None)
@@ -184,7 +188,7 @@ def test_stats_count_retries_by_kind_and_time_since_success():
 
 def test_fail_fast_never_waits():
     g = OutageGuard.fail_fast()
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(CatalogUnavailableError):
         g.call("scan", failing(1, FakeTime()))
 
 

@@ -8,8 +8,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from catalog import OutageGuard, OutagePolicy
-from catalog.store import StoreFailure, TransientStoreError
+from catalog import CatalogUnavailableError, OutageGuard, OutagePolicy, UnavailableKind
 from compaction.coordinator import matches
 from compaction.metrics import ServiceMetrics
 from compaction.queue import TaskResult
@@ -101,14 +100,16 @@ def test_the_catalog_availability_is_exported_from_the_guard():
     metrics.watch_catalog(guard.stats)
     assert "lakestream_compactor_catalog_seconds_since_success NaN" in metrics.exposition().decode()
 
-    failures = iter([StoreFailure.CONNECTION, StoreFailure.CONNECTION, StoreFailure.RESTARTING])
+    failures = iter(
+        [UnavailableKind.CONNECTION, UnavailableKind.CONNECTION, UnavailableKind.RESTARTING]
+    )
 
     def flaky() -> int:
         kind = next(failures, None)
         if kind is None:
             return 1
         clock["now"] += 2.0
-        raise TransientStoreError("catalog connection failed", OSError("refused"), kind)
+        raise CatalogUnavailableError("catalog connection failed: refused", kind=kind)
 
     guard.call("heads", flaky)
     clock["now"] += 7.5
