@@ -10,8 +10,8 @@ from catalog import Catalog, CommitOp, RetryPolicy
 from compaction.rewrite import compact
 from compaction.task import OutcomeStatus
 from jobs.localpg import LocalPostgres
-from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
+from tests.fixtures.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 PATIENT = RetryPolicy(attempts=40, base_delay=0.02, max_delay=0.5, deadline=60)

@@ -15,8 +15,8 @@ from catalog import Catalog, CommitConflict, ConflictKind, RetryPolicy, StoreSet
 from catalog.queries import query
 from compaction.rewrite import compact
 from compaction.task import OutcomeStatus
+from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
 from tests.fixtures.racing import FakeTime
-from tests.integration.compaction.support import files_on_disk, plan_tasks, rows_at
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])

@@ -36,11 +36,11 @@ from compaction.queue import QueueSettings, TaskQueue
 from compaction.task import COMPACTOR_WRITER_PREFIX
 from compaction.worker import Worker
 from jobs.settings import redact_dsn
+from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.jsonlog import events_named
 from tests.fixtures.outage import CrashablePostgres
 from tests.fixtures.waits import wait_for
-from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

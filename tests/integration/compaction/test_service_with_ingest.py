@@ -19,8 +19,8 @@ import pytest
 from catalog import Catalog, CommitOp, TableNotFoundError
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
-from tests.integration.compaction.test_service_cli import env, wait_for
 from tests.fixtures.feeds import Feed, stored_offsets
+from tests.integration.compaction.test_service_cli import env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]

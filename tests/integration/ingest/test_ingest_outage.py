@@ -24,10 +24,10 @@ import yaml
 
 from catalog import Catalog, TableNotFoundError
 from jobs.settings import redact_dsn
+from tests.fixtures.feeds import Feed, stored_offsets
 from tests.fixtures.jsonlog import events_named
 from tests.fixtures.outage import CrashablePostgres
 from tests.fixtures.waits import wait_for
-from tests.fixtures.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]

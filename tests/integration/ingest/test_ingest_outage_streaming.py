@@ -40,9 +40,9 @@ from catalog.meta import TableMeta
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.plan import SourceFormat
 from tests.fixtures.faultproxy import CutRule, FaultProxy
+from tests.fixtures.feeds import Feed, stored_offsets
 from tests.fixtures.logcapture import capture_events
 from tests.fixtures.outage import CrashablePostgres, Outage
-from tests.fixtures.feeds import Feed, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 DEAD_LETTERS = "outage.dead_letters"
