@@ -7,6 +7,7 @@ from catalog.catalog import Catalog, WriterProgress
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
+    CatalogNotInitializedError,
     CatalogOutageError,
     CatalogUnavailableError,
     CommitConflict,
@@ -37,6 +38,7 @@ from catalog.transaction import Transaction
 
 __all__ = [
     "CatalogError",
+    "CatalogNotInitializedError",
     "CatalogOutageError",
     "CatalogUnavailableError",
     "Catalog",

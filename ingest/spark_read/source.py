@@ -108,7 +108,7 @@ class LakestreamDataSource(DataSource):
 
     def _pin(self) -> PinnedTable:
         settings = self.settings()
-        with connect(settings.dsn) as catalog:
+        with connect(settings.dsn, settings.catalog_schema) as catalog:
             table = catalog.load_table(settings.table)
             version = table.resolve_version(settings.version, settings.as_of)
         self._pinned = PinnedTable(table.name, table.meta.table_id, version, table.schema)
@@ -126,6 +126,7 @@ class LakestreamReader(DataSourceReader):
         output: pa.Schema,
     ) -> None:
         self._dsn: SecretStr | None = settings.dsn
+        self._catalog_schema = settings.catalog_schema
         self._pinned = pinned
         self._columns = dict(columns)
         self._output = output
@@ -152,7 +153,7 @@ class LakestreamReader(DataSourceReader):
         """
         if self._dsn is None:
             raise RuntimeError("partitions() runs on the driver, which holds the catalog DSN")
-        with connect(self._dsn) as catalog:
+        with connect(self._dsn, self._catalog_schema) as catalog:
             table = catalog.load_table(self._pinned.name)
             if table.meta.table_id != self._pinned.table_id:
                 raise TableReplacedError(self._pinned.name)
@@ -212,8 +213,8 @@ def column_refs(schema: StructType, table_schema: pa.Schema) -> dict[str, Column
     return refs
 
 
-def connect(dsn: SecretStr) -> Catalog:
-    """A small, read-only use of the catalog: one connection, no schema migration."""
+def connect(dsn: SecretStr, schema: str) -> Catalog:
+    """A small, read-only use of the catalog: one connection; it creates and migrates nothing."""
     return Catalog.connect(
-        dsn.get_secret_value(), settings=StoreSettings(pool_size=1), migrate=False
+        dsn.get_secret_value(), settings=StoreSettings(pool_size=1, schema=schema), create=False
     )
