@@ -133,7 +133,10 @@ def tables_history(
 ) -> None:
     """Versions of a table, newest first: op, time, writer/batch, files and rows."""
     with _connect(dsn) as cat:
-        versions = _guard(lambda: cat.load_table(table).history(limit=limit))
+        handle = _guard(lambda: cat.load_table(table))
+        versions = _guard(lambda: handle.history(limit=limit))
+    # a CDC table's files hold changes (inserts, updates, deletes), not rows of the table
+    unit = "changes" if handle.meta.is_cdc else "rows"
     rows = [
         {
             "version": v.version,
@@ -142,6 +145,7 @@ def tables_history(
             "writer": v.writer_id,
             "batch": v.batch_id,
             **v.summary,
+            "rows_added_unit": unit,
         }
         for v in versions
     ]
@@ -150,7 +154,7 @@ def tables_history(
         return
     typer.echo(
         f"{'version':>8} {'op':<10} {'committed_at':<32} {'files+':>6} {'files-':>6} "
-        f"{'rows+':>10}  writer/batch"
+        f"{unit + '+':>10}  writer/batch"
     )
     for r in rows:
         typer.echo(

@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from catalog import Catalog, StoreSettings, Table
 from catalog.files.pruning import Predicate
 from catalog.logs import get_logger
+from catalog.meta import without_internal
 from catalog.scan import Scan, ScanFilter, partition_filter
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
 from ingest.spark_read.filters import ColumnRef, split_filters
@@ -74,6 +75,7 @@ class PinnedTable:
     table_id: uuid.UUID
     version: int
     schema: pa.Schema
+    """The stored schema, internal columns included (a user-given schema may name them)."""
 
 
 class LakestreamDataSource(DataSource):
@@ -90,8 +92,9 @@ class LakestreamDataSource(DataSource):
         return parse_options(self.options, os.environ)
 
     def schema(self) -> StructType:
-        """The table's current schema in Spark types; pins the version this DataFrame reads."""
-        return spark_schema(self._pin().schema)
+        """The table's current schema in Spark types, without lakestream's internal columns
+        (a user-given schema may name them); pins the version this DataFrame reads."""
+        return spark_schema(without_internal(self._pin().schema))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """The reader of one query; from here on only the reader holds the DSN.
@@ -111,7 +114,7 @@ class LakestreamDataSource(DataSource):
         with connect(settings.dsn, settings.catalog_schema) as catalog:
             table = catalog.load_table(settings.table)
             version = table.resolve_version(settings.version, settings.as_of)
-        self._pinned = PinnedTable(table.name, table.meta.table_id, version, table.schema)
+        self._pinned = PinnedTable(table.name, table.meta.table_id, version, table.meta.schema)
         return self._pinned
 
 
