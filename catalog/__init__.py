@@ -28,6 +28,7 @@ from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
+    CatalogNotInitializedError,
     CatalogOutageError,
     CatalogUnavailableError,
     CommitConflict,
@@ -46,7 +47,8 @@ from catalog.errors import (
     VersionExpiredError,
     VersionNotFoundError,
 )
-from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
+from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta, without_internal
+from catalog.migrations import DEFAULT_SCHEMA
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_DELETE,
@@ -73,7 +75,7 @@ from catalog.retry import RetryPolicy, lost_to_concurrent_write
 from catalog.scan import Scan, ScanFilter, partition_filter
 from catalog.schemas import from_base64 as schema_from_base64
 from catalog.schemas import to_base64 as schema_to_base64
-from catalog.store import PgStore, StoreSettings
+from catalog.store import PgStore, StoreSettings, check_schema_name
 from catalog.table import Table, VersionInfo
 from catalog.transaction import Transaction
 from catalog.writes import changes as conform_changes
@@ -91,6 +93,7 @@ __all__ = [
     "UNSET_TYPE",
     "Catalog",
     "CatalogError",
+    "CatalogNotInitializedError",
     "CatalogOutageError",
     "CatalogUnavailableError",
     "ColumnStats",
@@ -132,6 +135,9 @@ __all__ = [
     "TableCommitResult",
     "TableHead",
     "TableMeta",
+    "without_internal",
+    "check_schema_name",
+    "DEFAULT_SCHEMA",
     "TableNotFoundError",
     "Transaction",
     "UnavailableKind",

@@ -12,7 +12,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,18 +98,31 @@ class Catalog:
         warehouse: str | Path | None = None,
         settings: StoreSettings | None = None,
         retry: RetryPolicy | None = None,
-        migrate: bool = True,
+        schema: str | None = None,
+        create: bool = True,
     ) -> Catalog:
-        """Connect, creating or migrating the catalog schema; remember the warehouse root.
+        """Connect to the catalog in PostgreSQL schema ``schema`` (default: ``settings.schema``,
+        ``lakestream``); remember the warehouse root.
+
+        ``create=True`` (writers; the default, as pyiceberg's SQL catalog creates its tables on
+        first use) creates the catalog, or migrates it - also out of ``public``, where catalogs
+        made before it had a schema of its own live. ``create=False`` (readers, and every
+        ``lakestream`` command but ``catalog init``) writes nothing: it raises
+        :class:`CatalogNotInitializedError` when there is no catalog or it needs migrating, and
+        does not store ``warehouse`` in the catalog.
 
         Raises:
+            InvalidNameError: ``schema`` is not a plain lower-case identifier.
+            CatalogNotInitializedError: ``create=False`` and there is no catalog, or it needs
+                migrating (``lakestream catalog init``).
             CatalogUnavailableError: the catalog database could not be reached.
             CatalogError: a remote warehouse (only local ones are supported).
         """
-        store = PgStore(dsn, settings or StoreSettings())
-        store.open(migrate_schema=migrate)
+        base = settings or StoreSettings()
+        store = PgStore(dsn, base if schema is None else replace(base, schema=schema))
+        store.open(create=create)
         catalog = cls(store, retry or RetryPolicy(), None)
-        catalog._warehouse = catalog._init_warehouse(warehouse)
+        catalog._warehouse = catalog._init_warehouse(warehouse, store_it=create)
         return catalog
 
     def close(self) -> None:
@@ -394,7 +407,7 @@ class Catalog:
             created_at=row["created_at"],
         )
 
-    def _init_warehouse(self, warehouse: str | Path | None) -> str | None:
+    def _init_warehouse(self, warehouse: str | Path | None, *, store_it: bool) -> str | None:
         rows = self._store.fetch_all(
             "SELECT value FROM catalog_property WHERE key = %(key)s", {"key": WAREHOUSE_PROPERTY}
         )
@@ -402,7 +415,7 @@ class Catalog:
         if warehouse is None:
             return stored
         root = _warehouse_root(warehouse)
-        if stored is None:
+        if stored is None and store_it:
             self._store.fetch_all(
                 "INSERT INTO catalog_property (key, value) VALUES (%(key)s, %(value)s) "
                 "ON CONFLICT DO NOTHING RETURNING key",

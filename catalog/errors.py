@@ -107,6 +107,21 @@ class CatalogUnavailableError(CatalogError):
         self.kind = kind
 
 
+class CatalogNotInitializedError(CatalogError):
+    """The database holds no catalog in the schema asked for, or one that needs migrating.
+
+    Raised by ``Catalog.connect(..., create=False)`` (what read-only commands use), which never
+    creates or migrates anything; ``lakestream catalog init`` (or ``Catalog.connect`` with
+    ``create=True``) does.
+    """
+
+    def __init__(self, message: str, *, schema: str, needs_migration: bool) -> None:
+        super().__init__(message)
+        self.schema = schema
+        self.needs_migration = needs_migration
+        """True when a catalog exists but in an older layout (pending migrations)."""
+
+
 class CatalogOutageError(CatalogUnavailableError):
     """The catalog stayed unreachable for longer than the outage budget: the process stops.
 

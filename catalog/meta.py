@@ -10,11 +10,25 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY, Relaxations
-from catalog.names import TableName
+from catalog.names import RESERVED_COLUMN_PREFIX, TableName
 from catalog.partitioning import PartitionSpec
 
 #: Table property naming the column whose value orders changes of one key (CDC tables).
 SEQUENCE_COLUMN_PROPERTY = "sequence-column"
+
+
+def is_internal_column(name: str) -> bool:
+    """lakestream's own columns (``_ls_seq``, the source position of ingested changes) are in
+    the stored schema but not in what users see; only they may carry the reserved prefix."""
+    return name.startswith(RESERVED_COLUMN_PREFIX)
+
+
+def without_internal(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as users see it: lakestream's internal columns left out."""
+    hidden = [i for i, name in enumerate(schema.names) if is_internal_column(name)]
+    for index in reversed(hidden):
+        schema = schema.remove(index)
+    return schema
 
 
 @dataclass(frozen=True)
@@ -31,7 +45,18 @@ class TableMeta:
 
     @property
     def schema(self) -> pa.Schema:
+        """The stored schema, lakestream's internal columns included: what files hold, and what
+        writers, compaction and ingest work with."""
         return self.schemas[self.current_schema_id]
+
+    @property
+    def user_schema(self) -> pa.Schema:
+        """The schema users see (scans, ``Table.schema``): without internal columns."""
+        return without_internal(self.schema)
+
+    @property
+    def internal_columns(self) -> tuple[str, ...]:
+        return tuple(name for name in self.schema.names if is_internal_column(name))
 
     @property
     def is_cdc(self) -> bool:

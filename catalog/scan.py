@@ -98,12 +98,18 @@ def wanted_buckets(meta: TableMeta, scan_filter: ScanFilter) -> set[int] | None:
 
 @dataclass
 class Scan:
-    """A read of one table version; iterate it lazily or collect it."""
+    """A read of one table version; iterate it lazily or collect it.
+
+    Without ``columns`` it returns the columns users see: lakestream's internal ones (the
+    ``_ls_seq`` source position) only with ``include_internal`` or when ``columns`` names them.
+    Filters may use any column.
+    """
 
     meta: TableMeta
     plan: ScanPlan
     columns: Sequence[str] | None = None
     scan_filter: ScanFilter = field(default_factory=ScanFilter)
+    include_internal: bool = False
 
     def __post_init__(self) -> None:
         for name in [*(self.columns or ()), *(p.column for p in self.scan_filter.predicates)]:
@@ -121,9 +127,18 @@ class Scan:
     @property
     def schema(self) -> pa.Schema:
         schema = self.meta.schema
-        if self.columns is None:
+        columns = self._read_columns
+        if columns is None:
             return schema
-        return pa.schema([schema.field(c) for c in self.columns])
+        return pa.schema([schema.field(c) for c in columns])
+
+    @property
+    def _read_columns(self) -> Sequence[str] | None:
+        """The columns read: as asked, or the visible ones (None: every stored column)."""
+        if self.columns is not None or self.include_internal or not self.meta.internal_columns:
+            return self.columns
+        visible: list[str] = self.meta.user_schema.names
+        return visible
 
     def partitions(self) -> list[PartitionScan]:
         buckets = wanted_buckets(self.meta, self.scan_filter)
@@ -178,7 +193,7 @@ class Scan:
             runs,
             meta.primary_key,
             sequence_column=meta.sequence_column,
-            columns=self.columns,
+            columns=self._read_columns,
             row_filter=self.scan_filter.row_filter,
         )
 
@@ -188,6 +203,6 @@ class Scan:
             meta.location,
             part.files,
             meta.schema,
-            columns=self.columns,
+            columns=self._read_columns,
             row_filter=self.scan_filter.row_filter,
         )

@@ -9,6 +9,7 @@ under it.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,27 @@ from psycopg import errors as pg_errors
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from catalog.errors import CatalogUnavailableError, UnavailableKind
-from catalog.migrations import migrate
+from catalog.errors import CatalogUnavailableError, InvalidNameError, UnavailableKind
+from catalog.migrations import DEFAULT_SCHEMA, migrate, require_current
 
 Row = dict[str, Any]
+
+
+#: A catalog schema name: an unquoted PostgreSQL identifier (it goes into connection options).
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def check_schema_name(schema: str) -> str:
+    """``schema`` if it can name the catalog's PostgreSQL schema, else :class:`InvalidNameError`."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidNameError(
+            str(schema),
+            "a catalog schema is 1-63 lower-case ASCII letters, digits and '_', "
+            "not starting with a digit",
+        )
+    if schema.startswith("pg_"):
+        raise InvalidNameError(schema, "schema names starting with 'pg_' are PostgreSQL's own")
+    return schema
 
 
 @dataclass(frozen=True)
@@ -35,6 +53,12 @@ class StoreSettings:
     gives the slot up; the next request then connects afresh. Short on purpose: the pool's
     own back-off doubles up to this bound, so a long bound would leave a process waiting
     long after the database came back (retrying an outage is :mod:`catalog.outage`'s job)."""
+    schema: str = DEFAULT_SCHEMA
+    """The PostgreSQL schema the catalog's tables live in: every catalog connection puts it,
+    alone, on its ``search_path``, so the catalog never touches another schema."""
+
+    def __post_init__(self) -> None:
+        check_schema_name(self.schema)
 
 
 class PgStore:
@@ -45,7 +69,8 @@ class PgStore:
         options = (
             f"-c lock_timeout={settings.lock_timeout_ms} "
             f"-c statement_timeout={settings.statement_timeout_ms} "
-            "-c default_transaction_isolation=read\\ committed"
+            "-c default_transaction_isolation=read\\ committed "
+            f"-c search_path={settings.schema}"  # checked: a plain lower-case identifier
         )
         self._pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
             dsn,
@@ -65,15 +90,27 @@ class PgStore:
         )
         self._dsn = dsn
 
-    def open(self, *, migrate_schema: bool = True) -> None:
+    @property
+    def schema(self) -> str:
+        return self.settings.schema
+
+    def open(self, *, create: bool = True) -> None:
+        """Open the pool, then create or migrate the catalog (``create``), or only check that
+        it exists and is current (raising :class:`CatalogNotInitializedError`)."""
         try:
             self._pool.open(wait=True, timeout=self.settings.connect_timeout)
         except PoolTimeout as exc:
             self._pool.close()
             raise CatalogUnavailableError(f"cannot connect to the catalog database: {exc}") from exc
-        if migrate_schema:
-            with self.connection() as conn:
-                migrate(conn)
+        try:
+            with self.connection() as conn, translate_errors():
+                if create:
+                    migrate(conn, schema=self.schema)
+                else:
+                    require_current(conn, self.schema)
+        except BaseException:
+            self._pool.close()
+            raise
 
     def close(self) -> None:
         self._pool.close()

@@ -30,7 +30,7 @@ from catalog.maintenance.expiry import ExpiryReport, check_horizon, expire_versi
 from catalog.maintenance.policy import MaintenancePolicy, check_retain_last, ttl_column
 from catalog.maintenance.ttl import TtlReport, drop_expired_partitions
 from catalog.maintenance.vacuum import Vacuum, VacuumReport
-from catalog.meta import TableMeta
+from catalog.meta import TableMeta, is_internal_column
 from catalog.model import (
     CommitOp,
     CommitRequest,
@@ -99,7 +99,9 @@ class Table:
 
     @property
     def schema(self) -> pa.Schema:
-        return self.meta.schema
+        """The columns users see; ``meta.schema`` adds lakestream's internal ones (``_ls_seq``),
+        which writers, compaction and ingest work with."""
+        return self.meta.user_schema
 
     def refresh(self) -> Table:
         self.meta = self.catalog.load_table(self.name).meta
@@ -239,11 +241,15 @@ class Table:
         filter: FilterSpec = None,
         version: int | None = None,
         as_of: dt.datetime | None = None,
+        *,
+        include_internal: bool = False,
     ) -> Scan:
         """Read the table at the latest version, a version, or a point in time.
 
         ``filter`` takes predicates such as ``[("region", "=", "eu"), ("id", ">", 10)]``
         (they prune partitions, buckets and files) or a ``pyarrow.compute`` expression.
+        lakestream's internal columns (``_ls_seq``) are left out unless ``include_internal``
+        or ``columns`` names them.
 
         Raises:
             TableNotFoundError: the table was dropped.
@@ -257,7 +263,7 @@ class Table:
         scan_filter = ScanFilter.of(filter)
         pruned = partition_filter(self.meta, scan_filter)  # before any snapshot is loaded
         plan = self.plan(version=version, as_of=as_of, partition_filter=pruned)
-        return Scan(self.meta, plan, columns, scan_filter)
+        return Scan(self.meta, plan, columns, scan_filter, include_internal)
 
     def append(
         self,
@@ -515,22 +521,25 @@ class Table:
     def add_column(self, name: str, arrow_type: pa.DataType) -> Table:
         """Add a nullable column (old rows read it as null)."""
         self.refresh()
-        return self.evolve_schema(self.schema.append(pa.field(name, arrow_type, nullable=True)))
+        schema = self.meta.schema
+        return self.evolve_schema(schema.append(pa.field(name, arrow_type, nullable=True)))
 
     def widen_column(self, name: str, arrow_type: pa.DataType) -> Table:
         """Widen a column's type (int32 -> int64, float32 -> float64, larger decimal, ...)."""
         index = self._column_index(name)
-        field = self.schema.field(index)
-        return self.evolve_schema(self.schema.set(index, field.with_type(arrow_type)))
+        field = self.meta.schema.field(index)
+        return self.evolve_schema(self.meta.schema.set(index, field.with_type(arrow_type)))
 
     def drop_column(self, name: str) -> Table:
         """Drop a column (its name can never be reused in this table)."""
-        return self.evolve_schema(self.schema.remove(self._column_index(name)), allow_drop=True)
+        index = self._column_index(name)
+        return self.evolve_schema(self.meta.schema.remove(index), allow_drop=True)
 
     def _column_index(self, name: str) -> int:
+        """The position of a user column in the stored schema (internal ones are not changed)."""
         self.refresh()
-        index = self.schema.get_field_index(name)
-        if index < 0:
+        index = self.meta.schema.get_field_index(name)
+        if index < 0 or is_internal_column(name):
             raise SchemaError(
                 f"column {name!r} is not in {self.name}", table=self.name, column=name
             )
@@ -613,8 +622,10 @@ class Table:
             "hash_buckets": meta.spec.hash_buckets,
             "schema_id": meta.current_schema_id,
             "schema": [
-                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema
+                {"name": f.name, "type": str(f.type), "nullable": f.nullable}
+                for f in meta.user_schema
             ],
+            "internal_columns": list(meta.internal_columns),
             "properties": dict(meta.properties),
             "version": self.current_version(),
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from catalog import Catalog, CatalogError
 from catalog.errors import CatalogUnavailableError
+from catalog.store import check_schema_name
 from compaction.errors import CompactionError
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
@@ -38,6 +40,29 @@ DsnOption = Annotated[
     str | None,
     typer.Option("--dsn", help="catalog PostgreSQL DSN (default: $LAKESTREAM_CATALOG_DSN)"),
 ]
+
+
+def _use_schema(value: str | None) -> str | None:
+    """``--schema`` overrides ``LAKESTREAM_CATALOG_SCHEMA`` for this process and the processes
+    it starts (the compactor's workers), so every catalog it opens is in that schema."""
+    if value is not None:
+        try:
+            os.environ[SCHEMA_ENV] = check_schema_name(value)
+        except CatalogError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+SCHEMA_ENV = "LAKESTREAM_CATALOG_SCHEMA"
+SchemaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--schema",
+        help=f"PostgreSQL schema of the catalog (default: ${SCHEMA_ENV} or lakestream)",
+        callback=_use_schema,
+        expose_value=False,
+    ),
+]
 WarehouseOption = Annotated[
     Path | None,
     typer.Option("--warehouse", help="root of table data (default: $LAKESTREAM_WAREHOUSE)"),
@@ -45,24 +70,35 @@ WarehouseOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def _connect(dsn: str | None, warehouse: Path | None = None) -> Catalog:
+def _connect(dsn: str | None, warehouse: Path | None = None, *, create: bool = False) -> Catalog:
+    """Open the catalog. Only ``catalog init`` passes ``create``: every other command needs a
+    catalog that exists, so it neither creates nor migrates one (it says to run init)."""
     settings = CatalogSettings()
     configure_logging(settings.log_level)
     target = dsn or settings.dsn()
     try:
-        return Catalog.connect(target, warehouse=warehouse or settings.warehouse)
+        return Catalog.connect(
+            target,
+            warehouse=warehouse or settings.warehouse,
+            schema=settings.catalog_schema,
+            create=create,
+        )
     except CatalogError as exc:
         typer.echo(f"cannot open catalog at {redact_dsn(target)}: {exc}", err=True)
         raise typer.Exit(2) from exc
 
 
 @catalog_app.command("init")
-def catalog_init(dsn: DsnOption = None, warehouse: WarehouseOption = None) -> None:
-    """Create or migrate the catalog schema (safe to run again, and from many hosts at once)."""
-    with _connect(dsn, warehouse) as cat:
+def catalog_init(
+    dsn: DsnOption = None, warehouse: WarehouseOption = None, schema: SchemaOption = None
+) -> None:
+    """Create or migrate the catalog schema (safe to run again, and from many hosts at once).
+
+    Moves a catalog made by an older lakestream from ``public`` into its own schema."""
+    with _connect(dsn, warehouse, create=True) as cat:
         typer.echo(
-            f"catalog ready at {redact_dsn(dsn or CatalogSettings().dsn())}; "
-            f"warehouse {cat.warehouse or '(not set)'}"
+            f"catalog ready at {redact_dsn(dsn or CatalogSettings().dsn())} "
+            f"(schema {cat.store.schema}); warehouse {cat.warehouse or '(not set)'}"
         )
 
 
@@ -70,6 +106,7 @@ def catalog_init(dsn: DsnOption = None, warehouse: WarehouseOption = None) -> No
 def tables_list(
     namespace: Annotated[str | None, typer.Argument()] = None,
     dsn: DsnOption = None,
+    schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List live tables, optionally of one namespace."""
@@ -79,7 +116,7 @@ def tables_list(
 
 
 @tables_app.command("describe")
-def tables_describe(table: str, dsn: DsnOption = None) -> None:
+def tables_describe(table: str, dsn: DsnOption = None, schema: SchemaOption = None) -> None:
     """Schema, keys, partitioning, location, properties and current version of a table."""
     with _connect(dsn) as cat:
         info = _guard(lambda: cat.load_table(table).describe())
@@ -88,11 +125,18 @@ def tables_describe(table: str, dsn: DsnOption = None) -> None:
 
 @tables_app.command("history")
 def tables_history(
-    table: str, limit: int = 20, dsn: DsnOption = None, as_json: JsonOption = False
+    table: str,
+    limit: int = 20,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Versions of a table, newest first: op, time, writer/batch, files and rows."""
     with _connect(dsn) as cat:
-        versions = _guard(lambda: cat.load_table(table).history(limit=limit))
+        handle = _guard(lambda: cat.load_table(table))
+        versions = _guard(lambda: handle.history(limit=limit))
+    # a CDC table's files hold changes (inserts, updates, deletes), not rows of the table
+    unit = "changes" if handle.meta.is_cdc else "rows"
     rows = [
         {
             "version": v.version,
@@ -101,6 +145,7 @@ def tables_history(
             "writer": v.writer_id,
             "batch": v.batch_id,
             **v.summary,
+            "rows_added_unit": unit,
         }
         for v in versions
     ]
@@ -109,7 +154,7 @@ def tables_history(
         return
     typer.echo(
         f"{'version':>8} {'op':<10} {'committed_at':<32} {'files+':>6} {'files-':>6} "
-        f"{'rows+':>10}  writer/batch"
+        f"{unit + '+':>10}  writer/batch"
     )
     for r in rows:
         typer.echo(
@@ -130,6 +175,7 @@ def tables_compact(
         ),
     ] = None,
     dsn: DsnOption = None,
+    schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compact a table now: fold small files and merge runs; prints what it did.
@@ -180,6 +226,7 @@ def tables_expire(
     ] = None,
     dry_run: DryRunOption = False,
     dsn: DsnOption = None,
+    schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Snapshot expiry: remove old versions and the catalog rows only they need.
@@ -197,6 +244,7 @@ def tables_expire(
 @tables_app.command("vacuum")
 def tables_vacuum(
     table: str,
+    *,
     older_than: Annotated[
         str | None,
         typer.Option(
@@ -205,6 +253,7 @@ def tables_vacuum(
     ] = None,
     dry_run: DryRunOption = False,
     dsn: DsnOption = None,
+    schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Delete files handed to cleanup and orphan files no retained version or prepared commit
@@ -217,7 +266,11 @@ def tables_vacuum(
 
 @tables_app.command("ttl")
 def tables_ttl(
-    table: str, dry_run: DryRunOption = False, dsn: DsnOption = None, as_json: JsonOption = False
+    table: str,
+    dry_run: DryRunOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Drop the partitions older than the table's partition.ttl in one update commit."""
     from jobs import table_maintenance as tm
@@ -260,7 +313,11 @@ WhereOption = Annotated[
 
 @tables_app.command("delete")
 def tables_delete(
-    table: str, where: WhereOption, dsn: DsnOption = None, as_json: JsonOption = False
+    table: str,
+    where: WhereOption,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete the rows matching --where: one commit (exit 2: bad --where; 1: runtime failure)."""
     _dml(table, where, None, dsn, as_json)
@@ -269,12 +326,14 @@ def tables_delete(
 @tables_app.command("update")
 def tables_update(
     table: str,
+    *,
     where: WhereOption,
     assign: Annotated[
         list[str],
         typer.Option("--set", help="column='value' (several: comma separated or --set again)"),
     ],
     dsn: DsnOption = None,
+    schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Set columns of the rows matching --where: one commit (exit 2: bad --where/--set)."""
@@ -333,6 +392,7 @@ def compactor_run(
         int | None, typer.Option("--metrics-port", help="serve /metrics and /healthz here")
     ] = None,
     dsn: DsnOption = None,
+    schema: SchemaOption = None,
     warehouse: WarehouseOption = None,
 ) -> None:
     """Run the compactor: plan tasks from the latest snapshots, run them in a worker pool."""
@@ -362,7 +422,9 @@ def compactor_run(
 
 
 @compactor_app.command("worker")
-def compactor_worker(dsn: DsnOption = None, warehouse: WarehouseOption = None) -> None:
+def compactor_worker(
+    dsn: DsnOption = None, warehouse: WarehouseOption = None, schema: SchemaOption = None
+) -> None:
     """Run one worker process that takes tasks from the shared queue (scale out with more)."""
     from jobs.compactor_main import install_stop_handlers, run_worker
 
@@ -378,7 +440,10 @@ def compactor_worker(dsn: DsnOption = None, warehouse: WarehouseOption = None) -
 
 @compactor_app.command("status")
 def compactor_status(
-    tables: TablesPattern = None, dsn: DsnOption = None, as_json: JsonOption = False
+    tables: TablesPattern = None,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Per table: small-file backlog, max runs per bucket, queue, running tasks, last results."""
     from compaction.queue import TaskQueue

@@ -33,7 +33,7 @@ from compaction.service import CoordinatorLoop
 from compaction.worker import Worker, default_worker_id
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
-from jobs.settings import redact_dsn
+from jobs.settings import CatalogSettings, redact_dsn
 
 log = get_logger("lakestream.compactor")
 
@@ -52,8 +52,11 @@ def install_stop_handlers(stop: threading.Event) -> None:
 
 
 def connect(dsn: str, warehouse: Path | None, outage: OutagePolicy | None = None) -> Catalog:
+    """The catalog in the schema ``LAKESTREAM_CATALOG_SCHEMA`` names (``--schema`` sets it, so
+    the worker processes, which inherit the environment, open the same one)."""
     retry = None if outage is None else outage.committer_retry()
-    return Catalog.connect(dsn, warehouse=warehouse, retry=retry)
+    schema = CatalogSettings().catalog_schema
+    return Catalog.connect(dsn, warehouse=warehouse, retry=retry, schema=schema)
 
 
 def outage_guard(dsn: str, settings: CompactorSettings) -> OutageGuard:

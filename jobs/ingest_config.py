@@ -24,7 +24,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from catalog.errors import InvalidNameError
+from catalog.migrations import DEFAULT_SCHEMA
 from catalog.outage import DEFAULT_OUTAGE_BUDGET_S
+from catalog.store import check_schema_name
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig
 from ingest.sink.guard import DeadLetterGuard
@@ -46,6 +49,16 @@ class CatalogSection(_Section):
     outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
     """Seconds a catalog outage is waited out before the job stops (exit code 1); 0: stop at
     the first failed catalog call."""
+    db_schema: str = Field(default=DEFAULT_SCHEMA, alias="schema")
+    """The PostgreSQL schema holding the catalog (``schema:`` in the YAML)."""
+
+    @field_validator("db_schema")
+    @classmethod
+    def _schema_name(cls, value: str) -> str:
+        try:
+            return check_schema_name(value)
+        except InvalidNameError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class KafkaSection(_Section):

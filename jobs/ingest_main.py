@@ -44,7 +44,10 @@ def main(config_path: Path) -> int:
     guard = OutageGuard(redact_dsn(dsn), outage)
     try:
         with Catalog.connect(
-            dsn, warehouse=settings.catalog.warehouse, retry=outage.committer_retry()
+            dsn,
+            warehouse=settings.catalog.warehouse,
+            retry=outage.committer_retry(),
+            schema=settings.catalog.db_schema,
         ) as catalog:
             run = run_ingest(settings.job_config(), spark, catalog, guard=guard)
         log.info("ingest_finished", batches=run.batches_committed)

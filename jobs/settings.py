@@ -10,6 +10,10 @@ from pathlib import Path
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from catalog.errors import InvalidNameError
+from catalog.migrations import DEFAULT_SCHEMA
+from catalog.store import check_schema_name
+
 
 class CatalogSettings(BaseSettings):
     """Where the catalog lives. The DSN may carry a password: it is a secret, never logged."""
@@ -17,8 +21,18 @@ class CatalogSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LAKESTREAM_", extra="ignore")
 
     catalog_dsn: SecretStr | None = None
+    catalog_schema: str = DEFAULT_SCHEMA
+    """The PostgreSQL schema holding the catalog (``LAKESTREAM_CATALOG_SCHEMA``)."""
     warehouse: Path | None = None
     log_level: str = "INFO"
+
+    @field_validator("catalog_schema")
+    @classmethod
+    def _schema_name(cls, value: str) -> str:
+        try:
+            return check_schema_name(value)
+        except InvalidNameError as exc:
+            raise ValueError(f"LAKESTREAM_CATALOG_SCHEMA: {exc}") from None
 
     @field_validator("log_level")
     @classmethod

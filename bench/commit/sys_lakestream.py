@@ -52,7 +52,7 @@ def _relative_path(commit_id: int) -> str:
 
 class LakestreamWriter:
     def __init__(self, context: LakestreamContext, writer_index: int, items: Sequence[int]):
-        self._catalog = Catalog.connect(context.dsn, migrate=False)
+        self._catalog = Catalog.connect(context.dsn, create=False)
         self._table: Table = self._catalog.load_table(TABLE)
         self._desc = context.partition_desc
         self._writer_id = f"bench-writer-{writer_index}"
@@ -114,7 +114,7 @@ class LakestreamSystem:
 
     def verify(self, context: LakestreamContext) -> Verification:
         """Files a reader sees, contiguous versions, and no prepared-but-unpublished commits."""
-        with Catalog.connect(context.dsn, migrate=False) as catalog:
+        with Catalog.connect(context.dsn, create=False) as catalog:
             table = catalog.load_table(TABLE)
             visible = [commit_id_of(f.path) for f in table.plan().files]
             versions = sorted(v.version for v in table.history(limit=context.commits + 10))

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 from pydantic import SecretStr
 
+from catalog import DEFAULT_SCHEMA, InvalidNameError, check_schema_name
 from ingest.spark_read.errors import ReadOptionError
 
 TABLE = "table"
 PATH = "path"  # load("shop.orders") is load() with option path
 CATALOG = "catalog"
+CATALOG_SCHEMA = "catalogSchema"
 VERSION_AS_OF = "versionAsOf"
 TIMESTAMP_AS_OF = "timestampAsOf"
 MAX_SPLIT_BYTES = "maxSplitBytes"
@@ -28,10 +30,12 @@ MAX_SPLIT_BYTES = "maxSplitBytes"
 #: Environment variable holding the DSN when the ``catalog`` option is not given (the same one
 #: the ``lakestream`` CLI reads).
 DSN_ENV = "LAKESTREAM_CATALOG_DSN"
+#: Environment variable naming the catalog's PostgreSQL schema when ``catalogSchema`` is not given.
+SCHEMA_ENV = "LAKESTREAM_CATALOG_SCHEMA"
 #: Largest plain-file group one Spark task reads, like ``spark.sql.files.maxPartitionBytes``.
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
 
-_KNOWN = (TABLE, PATH, CATALOG, VERSION_AS_OF, TIMESTAMP_AS_OF, MAX_SPLIT_BYTES)
+_KNOWN = (TABLE, PATH, CATALOG, CATALOG_SCHEMA, VERSION_AS_OF, TIMESTAMP_AS_OF, MAX_SPLIT_BYTES)
 _BY_LOWER = {name.lower(): name for name in _KNOWN}
 
 
@@ -44,6 +48,7 @@ class ReadOptions:
     version: int | None = None
     as_of: dt.datetime | None = None
     max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+    catalog_schema: str = DEFAULT_SCHEMA
 
 
 def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOptions:
@@ -60,6 +65,7 @@ def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOpt
         as_of=as_of,
         max_split_bytes=_positive(MAX_SPLIT_BYTES, given.get(MAX_SPLIT_BYTES))
         or DEFAULT_MAX_SPLIT_BYTES,
+        catalog_schema=_schema(given, env),
     )
 
 
@@ -91,6 +97,14 @@ def _dsn(given: Mapping[str, str], env: Mapping[str, str]) -> SecretStr:
             CATALOG, f"required: the catalog's PostgreSQL DSN (or set {DSN_ENV} for the driver)"
         )
     return SecretStr(dsn)
+
+
+def _schema(given: Mapping[str, str], env: Mapping[str, str]) -> str:
+    schema = given.get(CATALOG_SCHEMA) or env.get(SCHEMA_ENV) or DEFAULT_SCHEMA
+    try:
+        return check_schema_name(schema.strip())
+    except InvalidNameError as exc:
+        raise ReadOptionError(CATALOG_SCHEMA, str(exc)) from None
 
 
 def _version(text: str | None) -> int | None:

@@ -36,7 +36,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from catalog import Catalog, Scan, ScanFilter, StoreSettings, Table, partition_filter
+from catalog import (
+    Catalog,
+    Scan,
+    ScanFilter,
+    StoreSettings,
+    Table,
+    partition_filter,
+    without_internal,
+)
 from catalog.files import Predicate
 from catalog.logs import get_logger
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
@@ -73,6 +81,7 @@ class PinnedTable:
     table_id: uuid.UUID
     version: int
     schema: pa.Schema
+    """The stored schema, internal columns included (a user-given schema may name them)."""
 
 
 class LakestreamDataSource(DataSource):
@@ -89,8 +98,9 @@ class LakestreamDataSource(DataSource):
         return parse_options(self.options, os.environ)
 
     def schema(self) -> StructType:
-        """The table's current schema in Spark types; pins the version this DataFrame reads."""
-        return spark_schema(self._pin().schema)
+        """The table's current schema in Spark types, without lakestream's internal columns
+        (a user-given schema may name them); pins the version this DataFrame reads."""
+        return spark_schema(without_internal(self._pin().schema))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """The reader of one query; from here on only the reader holds the DSN.
@@ -107,10 +117,10 @@ class LakestreamDataSource(DataSource):
 
     def _pin(self) -> PinnedTable:
         settings = self.settings()
-        with connect(settings.dsn) as catalog:
+        with connect(settings.dsn, settings.catalog_schema) as catalog:
             table = catalog.load_table(settings.table)
             version = table.resolve_version(settings.version, settings.as_of)
-        self._pinned = PinnedTable(table.name, table.meta.table_id, version, table.schema)
+        self._pinned = PinnedTable(table.name, table.meta.table_id, version, table.meta.schema)
         return self._pinned
 
 
@@ -125,6 +135,7 @@ class LakestreamReader(DataSourceReader):
         output: pa.Schema,
     ) -> None:
         self._dsn: SecretStr | None = settings.dsn
+        self._catalog_schema = settings.catalog_schema
         self._pinned = pinned
         self._columns = dict(columns)
         self._output = output
@@ -151,7 +162,7 @@ class LakestreamReader(DataSourceReader):
         """
         if self._dsn is None:
             raise RuntimeError("partitions() runs on the driver, which holds the catalog DSN")
-        with connect(self._dsn) as catalog:
+        with connect(self._dsn, self._catalog_schema) as catalog:
             table = catalog.load_table(self._pinned.name)
             if table.meta.table_id != self._pinned.table_id:
                 raise TableReplacedError(self._pinned.name)
@@ -211,8 +222,8 @@ def column_refs(schema: StructType, table_schema: pa.Schema) -> dict[str, Column
     return refs
 
 
-def connect(dsn: SecretStr) -> Catalog:
-    """A small, read-only use of the catalog: one connection, no schema migration."""
+def connect(dsn: SecretStr, schema: str) -> Catalog:
+    """A small, read-only use of the catalog: one connection; it creates and migrates nothing."""
     return Catalog.connect(
-        dsn.get_secret_value(), settings=StoreSettings(pool_size=1), migrate=False
+        dsn.get_secret_value(), settings=StoreSettings(pool_size=1, schema=schema), create=False
     )

@@ -24,6 +24,7 @@ from catalog import (
 from jobs.localpg import LocalPostgres
 from tests.fixtures.commits import adds, file_names
 from tests.fixtures.faultproxy import FaultProxy
+from tests.fixtures.postgres import catalog_connection
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -71,7 +72,7 @@ def test_replayed_batch_returns_the_first_commit(catalog: Catalog, catalog_dsn: 
     assert progress.batch_id == 1 and progress.source_offsets == {"t": {"0": 5}}
     assert progress.table_ids == [table.meta.table_id]
     table.commit(CommitOp.APPEND, [adds("", "one-off")])  # anonymous: no progress row kept
-    with psycopg.connect(catalog_dsn) as conn:
+    with catalog_connection(catalog_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM writer_progress").fetchone() == (1,)
 
 
@@ -131,7 +132,7 @@ def test_writer_killed_between_commit_rows_and_publishing(catalog: Catalog, cata
 def test_writer_killed_inside_the_publish_transaction_releases_the_table(catalog, catalog_dsn):
     """A backend holding the head lock dies: PostgreSQL rolls back, the next commit proceeds."""
     table = catalog.create_table("logs.events", SCHEMA)
-    holder = psycopg.connect(catalog_dsn)
+    holder = catalog_connection(catalog_dsn)
     holder.execute(
         "SELECT version FROM table_head WHERE table_id = %s FOR UPDATE", (table.meta.table_id,)
     )

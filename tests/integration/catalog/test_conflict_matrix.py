@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 
-import psycopg
 import pyarrow as pa
 import pytest
 
 from catalog import Catalog, CommitConflict, CommitOp, ConflictKind
 from tests.fixtures.commits import adds, file_names, rewrite
+from tests.fixtures.postgres import catalog_connection
 
 pytestmark = pytest.mark.integration
 A, C, U, M = CommitOp.APPEND, CommitOp.COMPACTION, CommitOp.UPDATE, CommitOp.MERGE
@@ -91,7 +91,7 @@ def test_pair(catalog: Catalog, catalog_dsn: str, cdc_table, mine, theirs):
 
 
 def cleanup_paths(dsn: str) -> list[str]:
-    with psycopg.connect(dsn) as conn:
+    with catalog_connection(dsn) as conn:
         return [r[0] for r in conn.execute("SELECT path FROM cleanup_file ORDER BY path")]
 
 

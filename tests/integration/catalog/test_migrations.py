@@ -41,7 +41,7 @@ def test_stepwise_upgrade_with_data_equals_fresh_schema(pg_server: LocalPostgres
         for migration in available():
             assert migrate(conn, target=migration.number) == [migration.number]
             conn.execute(  # a live catalog has rows when it is upgraded
-                "INSERT INTO namespace (name) VALUES (%s)", (f"ns{migration.number}",)
+                "INSERT INTO lakestream.namespace (name) VALUES (%s)", (f"ns{migration.number}",)
             )
         assert migrate(conn) == []  # idempotent
     assert schema_dump(pg_server, upgraded) == schema_dump(pg_server, fresh)

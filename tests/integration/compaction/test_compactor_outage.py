@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pyarrow as pa
 import pytest
 
@@ -40,6 +39,7 @@ from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.jsonlog import events_named
 from tests.fixtures.outage import CrashablePostgres
+from tests.fixtures.postgres import catalog_connection
 from tests.fixtures.waits import wait_for
 
 pytestmark = pytest.mark.integration
@@ -172,7 +172,7 @@ def events(log: Path, name: str) -> list[dict[str, Any]]:
 def settled(dsn: str) -> bool:
     """Every task finished and nothing left to plan (a file count per partition below the
     policy's threshold)."""
-    with psycopg.connect(dsn) as conn:
+    with catalog_connection(dsn) as conn:
         live = conn.execute(
             "SELECT count(*) FROM compaction_task WHERE state IN ('queued', 'running')"
         ).fetchone()
@@ -236,7 +236,7 @@ def test_the_service_rides_out_an_outage_then_stops_after_its_budget_and_a_resta
             running.kill()
     with Catalog.connect(dsn) as catalog:
         table = catalog.load_table("logs.events")
-        with psycopg.connect(dsn) as conn:
+        with catalog_connection(dsn) as conn:
             tasks = conn.execute("SELECT task_id, outcome FROM compaction_task").fetchall()
         done = {f"{COMPACTOR_WRITER_PREFIX}{t}" for t, outcome in tasks if outcome == "committed"}
         assert done and compactions_by_task(table) == dict.fromkeys(done, 1)

@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import psycopg
 import pyarrow as pa
 import pytest
 
@@ -24,6 +23,7 @@ from compaction.coordinator import Coordinator
 from compaction.queue import QueueSettings, TaskQueue
 from compaction.worker import Worker, WorkerSettings
 from tests.fixtures.compaction import leftover_paths, rows_at
+from tests.fixtures.postgres import catalog_connection
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -157,7 +157,7 @@ def test_two_coordinators_and_three_workers_beside_a_writer(
     logs = "".join((tmp_path / f"w{i}.log").read_text() for i in range(3))
     assert codes == [0, 0, 0], logs[-3000:]
 
-    with psycopg.connect(catalog_dsn) as conn:
+    with catalog_connection(catalog_dsn) as conn:
         tasks = conn.execute(
             "SELECT table_name, partition_desc, base_version, worker_id, attempts, outcome,"
             " started_at, finished_at, planned_by FROM compaction_task"

@@ -369,3 +369,28 @@ def test_executors_read_without_the_catalog(
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
     assert {(r.id, r.region, r.total) for r in rdd.collect()} == expected
+
+
+def test_internal_columns_are_hidden_unless_the_schema_names_them(
+    lakestream: SparkSession, catalog: Catalog, catalog_dsn: str
+):
+    from ingest.sink.tables import create_cdc_table
+
+    table = create_cdc_table(
+        catalog,
+        "shop.people",
+        pa.schema([pa.field("id", pa.int64(), nullable=False)]),
+        primary_key=["id"],
+        hash_buckets=1,
+    )
+    seq = [n.to_bytes(16, "big") for n in (5, 6)]
+    table.upsert(pa.table({"id": [1, 2], "_ls_seq": pa.array(seq, pa.binary(16))}))
+    assert read(lakestream, catalog_dsn, "shop.people").columns == ["id"]
+    named = (
+        lakestream.read.format(SOURCE_NAME)
+        .schema("id bigint, _ls_seq binary")
+        .option("table", "shop.people")
+        .option("catalog", catalog_dsn)
+        .load()
+    )
+    assert spark_rows(named) == {(1, seq[0]), (2, seq[1])}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-import psycopg
 import pyarrow as pa
 import pytest
 
@@ -23,6 +22,7 @@ from catalog import (
 from catalog.errors import InvalidNameError, TableAlreadyExistsError, VersionNotFoundError
 from catalog.queries import query
 from tests.fixtures.commits import adds, file_names
+from tests.fixtures.postgres import catalog_connection
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.float64())])
@@ -188,7 +188,7 @@ def test_reads_use_indexes_not_table_scans(catalog: Catalog, catalog_dsn):
             "commit_ids": ids or [uuid.uuid4()],
         },
     }
-    with psycopg.connect(catalog_dsn, autocommit=True) as conn:
+    with catalog_connection(catalog_dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
         plans = {
             name: conn.execute("EXPLAIN " + query(name), args).fetchall()

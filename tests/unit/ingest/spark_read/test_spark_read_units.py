@@ -82,6 +82,14 @@ def test_timestamp_without_offset_is_utc():
     assert paris.as_of == dt.datetime(2026, 11, 22, 9, 15, tzinfo=dt.UTC)
 
 
+def test_the_catalog_schema_comes_from_the_option_or_the_environment():
+    given = {"table": "a.b", "catalog": DSN}
+    assert parse_options(given, env={}).catalog_schema == "lakestream"
+    env = {"LAKESTREAM_CATALOG_SCHEMA": "lake_b"}
+    assert parse_options(given, env=env).catalog_schema == "lake_b"
+    assert parse_options({**given, "catalogschema": "lake_c"}, env=env).catalog_schema == "lake_c"
+
+
 @pytest.mark.parametrize(
     ("options", "option", "message"),
     [
@@ -98,6 +106,7 @@ def test_timestamp_without_offset_is_utc():
         ),
         ({"table": "a.b", "catalog": DSN, "maxSplitBytes": "0"}, "maxSplitBytes", "positive"),
         ({"table": "a.b", "catalog": DSN, "versionAsof ": "1"}, "versionAsof ", "unknown"),
+        ({"table": "a.b", "catalog": DSN, "catalogSchema": "a;b"}, "catalogSchema", "schema"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options, option, message):
