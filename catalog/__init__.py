@@ -3,7 +3,7 @@
 Never imports pyspark: Spark, the compactor and plain Python programs all use it alike.
 """
 
-from catalog.catalog import Catalog, WriterProgress
+from catalog.catalog import DEFAULT_HASH_BUCKETS, Catalog, WriterProgress
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
@@ -36,6 +36,7 @@ from catalog.table import Table, VersionInfo
 from catalog.transaction import Transaction
 
 __all__ = [
+    "DEFAULT_HASH_BUCKETS",
     "CatalogError",
     "CatalogOutageError",
     "CatalogUnavailableError",
