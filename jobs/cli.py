@@ -576,7 +576,7 @@ def _usage_line(exc: typer.TyperException) -> str:
     """Click's message for a bad flag or argument, and where to look."""
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "lakestream"
-    return f"{' '.join(exc.format_message().split()).rstrip(".")}; see '{command} --help'"
+    return f"{' '.join(exc.format_message().split()).rstrip('.')}; see '{command} --help'"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ import pyarrow as pa
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from catalog import DEFAULT_HASH_BUCKETS
-from catalog.outage import DEFAULT_OUTAGE_BUDGET_S
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig
 from ingest.sink.guard import DeadLetterGuard
@@ -44,9 +43,6 @@ _ROUTES = {
 
 class CatalogSection(CatalogSettings):
     dsn: SecretStr
-    outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
-    """Seconds a catalog outage is waited out before the job stops (exit code 1); 0: stop at
-    the first failed catalog call."""
 
 
 class KafkaSection(Section):

@@ -42,6 +42,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from catalog.outage import DEFAULT_OUTAGE_BUDGET_S
+
 ENV_PREFIX = "LAKESTREAM_"
 NESTED = "__"
 DSN_EXAMPLE = "postgresql://user@host:5432/lakestream"
@@ -113,6 +115,10 @@ class CatalogSettings(Section):
 
     dsn: SecretStr | None = None
     warehouse: Path | None = None
+    outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
+    """Seconds the ingest job waits out a catalog outage before it stops (exit code 1); 0: stop
+    at the first failed catalog call. Here, not in the ingest section, because it is a key of
+    ``catalog:`` in the job's file; the compactor has its own (``compactor.outage_budget``)."""
 
     @field_validator("dsn")
     @classmethod

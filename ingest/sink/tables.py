@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from catalog import Catalog, Table
+from catalog import DEFAULT_HASH_BUCKETS, Catalog, Table
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY
 from catalog.model import SEQUENCE_COLUMN
@@ -32,7 +32,7 @@ def create_cdc_table(
     columns: pa.Schema,
     *,
     primary_key: Sequence[str],
-    hash_buckets: int = 4,
+    hash_buckets: int = DEFAULT_HASH_BUCKETS,
     partition_by: Sequence[str] = (),
 ) -> Table:
     """A CDC table made as the ingest job makes one: the source ``columns`` plus the

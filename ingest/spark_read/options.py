@@ -25,9 +25,6 @@ VERSION_AS_OF = "versionAsOf"
 TIMESTAMP_AS_OF = "timestampAsOf"
 MAX_SPLIT_BYTES = "maxSplitBytes"
 
-#: Environment variable holding the DSN when the ``catalog`` option is not given (the same one
-#: the ``lakestream`` CLI reads).
-DSN_ENV = "LAKESTREAM_CATALOG_DSN"
 #: Largest plain-file group one Spark task reads, like ``spark.sql.files.maxPartitionBytes``.
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
 
@@ -46,8 +43,12 @@ class ReadOptions:
     max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
 
 
-def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOptions:
-    """Check ``options`` (keys in any case, as Spark hands them over) and fill in defaults."""
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check ``options`` (keys in any case, as Spark hands them over) and fill in defaults.
+
+    The DSN is the ``catalog`` option, always: the library reads no environment (only the
+    ``lakestream`` entry points in ``jobs/`` do), so a read names the catalog it reads.
+    """
     given = _by_name(options)
     version = _version(given.get(VERSION_AS_OF))
     as_of = _timestamp(given.get(TIMESTAMP_AS_OF))
@@ -55,7 +56,7 @@ def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOpt
         raise ReadOptionError(VERSION_AS_OF, f"give {VERSION_AS_OF} or {TIMESTAMP_AS_OF}, not both")
     return ReadOptions(
         table=_table(given),
-        dsn=_dsn(given, env),
+        dsn=_dsn(given),
         version=version,
         as_of=as_of,
         max_split_bytes=_positive(MAX_SPLIT_BYTES, given.get(MAX_SPLIT_BYTES))
@@ -84,11 +85,13 @@ def _table(given: Mapping[str, str]) -> str:
     return name
 
 
-def _dsn(given: Mapping[str, str], env: Mapping[str, str]) -> SecretStr:
-    dsn = given.get(CATALOG) or env.get(DSN_ENV)
+def _dsn(given: Mapping[str, str]) -> SecretStr:
+    dsn = given.get(CATALOG)
     if not dsn:
         raise ReadOptionError(
-            CATALOG, f"required: the catalog's PostgreSQL DSN (or set {DSN_ENV} for the driver)"
+            CATALOG,
+            "required: the catalog's PostgreSQL DSN, e.g. .option('catalog', "
+            "os.environ['LAKESTREAM_CATALOG_DSN'])",
         )
     return SecretStr(dsn)
 
