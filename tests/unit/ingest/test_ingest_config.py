@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+
 from ingest.debezium import LOGICAL_KEY
 from ingest.sink.guard import DeadLetterGuard
 from jobs.ingest_config import IngestSettings

@@ -123,9 +123,11 @@ def test_an_unparsable_dsn_in_the_environment_names_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LAKESTREAM_CATALOG__DSN", f"{SECRET} nonsense")
-    with pytest.raises(ConfigError, match="LAKESTREAM_CATALOG__DSN") as caught:
-        with config_errors(CommandSettings):
-            CommandSettings()
+    with (
+        pytest.raises(ConfigError, match="LAKESTREAM_CATALOG__DSN") as caught,
+        config_errors(CommandSettings),
+    ):
+        CommandSettings()
     assert SECRET not in str(caught.value)
 
 
@@ -171,5 +173,5 @@ def test_the_hash_bucket_default_is_the_catalogs(tmp_path: Path) -> None:
 
 
 def test_no_dsn_says_how_to_give_one() -> None:
-    with pytest.raises(ConfigError, match="LAKESTREAM_CATALOG__DSN .* or pass --dsn"):
+    with pytest.raises(ConfigError, match=r"LAKESTREAM_CATALOG__DSN .* or pass --dsn"):
         CommandSettings().catalog.required_dsn()
