@@ -553,8 +553,17 @@ _OUTCOMES: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
 )
 
 
+#: Modules of the ``spark`` extra (``pip install 'lakestream[spark]'``).
+_SPARK_EXTRA = frozenset({"pyspark", "confluent_kafka", "pandas"})
+
+
 def explain(exc: BaseException) -> tuple[int, str]:
     """The exit code and the one line for a command's failure."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name in _SPARK_EXTRA:
+        return EXIT_USAGE, (
+            f"{exc.name} is not installed: this command needs the Spark extra; install it with "
+            "pip install 'lakestream[spark]'"
+        )
     for types, code, hint in _OUTCOMES:
         if isinstance(exc, types):
             text = _one_line(exc)
