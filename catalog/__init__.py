@@ -22,7 +22,7 @@ is always :class:`CatalogUnavailableError` (no psycopg error crosses this bounda
 that does not succeed ends as one of the three :class:`CommitError` outcomes.
 """
 
-from catalog.catalog import Catalog, Leftover, TableHead, WriterProgress
+from catalog.catalog import DEFAULT_HASH_BUCKETS, Catalog, Leftover, TableHead, WriterProgress
 from catalog.committer import COMMIT_CHANNEL
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.dml import StatementError, StatementResult
@@ -92,6 +92,7 @@ __all__ = [
     "UNSET_COLUMN",
     "UNSET_TYPE",
     "Catalog",
+    "DEFAULT_HASH_BUCKETS",
     "CatalogError",
     "CatalogNotInitializedError",
     "CatalogOutageError",

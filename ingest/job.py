@@ -14,48 +14,23 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from catalog import Catalog, OutageGuard
 from catalog.logs import get_logger
 from ingest import startpoint
-from ingest.debezium import DecoderConfig
-from ingest.failpoints import FailAt, Failpoint
+from ingest.config import IngestJobConfig
+from ingest.failpoints import Failpoint
 from ingest.kafka.offsets import OffsetsJson
 from ingest.kafka.options import Emit, parse_options
 from ingest.kafka.source import SOURCE_NAME, register, starting_offsets_now
 from ingest.sink.batch import BatchSink, SinkSettings
-from ingest.sink.guard import DeadLetterGuard
-from ingest.sink.plan import SourceFormat
+
+__all__ = ["IngestJobConfig", "IngestRun", "run_ingest", "source_options"]
 
 log = get_logger("lakestream.ingest.job")
-
-
-@dataclass(frozen=True)
-class IngestJobConfig:
-    job: str
-    bootstrap_servers: str
-    checkpoint: Path
-    dead_letter_table: str
-    source_format: SourceFormat = SourceFormat.DEBEZIUM
-    topics: tuple[str, ...] = ()
-    topic_pattern: str | None = None
-    decoder: DecoderConfig = field(default_factory=DecoderConfig)
-    json_tables: Mapping[str, str] = field(default_factory=dict)
-    hash_buckets: int = 4
-    partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
-    trigger_seconds: float | None = None
-    """None: Trigger.AvailableNow (process what is there, then stop)."""
-    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
-    fail_at: FailAt | None = None
-    """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
-    dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
 
 
 @dataclass
@@ -116,19 +91,7 @@ def _configured_start(config: IngestJobConfig) -> OffsetsJson:
 def _sink_settings(
     config: IngestJobConfig, incarnation: str, options: dict[str, str]
 ) -> SinkSettings:
-    return SinkSettings(
-        job=config.job,
-        incarnation=incarnation,
-        source_format=config.source_format,
-        decoder=config.decoder,
-        dead_letter_table=config.dead_letter_table,
-        json_tables=config.json_tables,
-        hash_buckets=config.hash_buckets,
-        partition_by=config.partition_by,
-        kafka=parse_options(options),
-        fail_at=config.fail_at,
-        guard=config.dead_letter_guard,
-    )
+    return SinkSettings(config=config, incarnation=incarnation, kafka=parse_options(options))
 
 
 def _catalog_offsets(config: IngestJobConfig, catalog: Catalog) -> OffsetsJson | None:

@@ -1,28 +1,63 @@
-"""The ``lakestream`` command line."""
+"""The ``lakestream`` command line.
+
+Every failure ends the command with ONE line on stderr, ``error: <what was wrong>; <what to
+do>``, and an exit code: 2 for a usage or configuration mistake (a bad flag or argument, a
+setting or a YAML key, a DSN that does not parse or a catalog that cannot be opened), 1 for a
+failure at run time (no such table, a catalog, compaction, ingest or file error). ``--debug``
+(or ``LAKESTREAM_DEBUG=1``) adds the traceback. :func:`main` is the one place that decides this:
+commands raise, they do not print errors themselves.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
-from catalog import Catalog, CatalogError
-from catalog.errors import CatalogUnavailableError
-from catalog.store import check_schema_name
+from catalog import Catalog, CatalogError, CatalogNotInitializedError, check_schema_name
+from catalog.errors import CatalogUnavailableError, TableNotFoundError
 from compaction.errors import CompactionError
+from compaction.policy import InvalidPolicyError
+from ingest.errors import IngestError
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
-from jobs.settings import CatalogSettings, redact_dsn
+from jobs.settings import (
+    CommandSettings,
+    ConfigError,
+    config_errors,
+    describe_errors,
+    redact_dsn,
+)
+from jobs.table_compact import UsageError as CompactUsageError
+from jobs.table_dml import DmlUsageError
+from jobs.table_maintenance import UsageError as MaintenanceUsageError
 
 T = TypeVar("T")
+
+#: Exit codes of every command.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 a failure at run time (no such table, a catalog, compaction, ingest "
+    "or file error); 2 a usage or configuration mistake (a bad flag, setting or YAML key, a DSN "
+    "that does not parse, a catalog that cannot be opened). A failure is one line on stderr; "
+    "--debug (or LAKESTREAM_DEBUG=1) adds the traceback."
+)
+DEBUG_ENV = "LAKESTREAM_DEBUG"
+
 app = typer.Typer(
-    no_args_is_help=True, help="lakestream: streaming ingestion into lakehouse tables"
+    no_args_is_help=True,
+    help="lakestream: streaming ingestion into lakehouse tables",
+    epilog=EXIT_CODES,
+    pretty_exceptions_enable=False,
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="Create and migrate the catalog database.")
 tables_app = typer.Typer(
@@ -38,13 +73,21 @@ app.add_typer(compactor_app, name="compactor")
 
 DsnOption = Annotated[
     str | None,
-    typer.Option("--dsn", help="catalog PostgreSQL DSN (default: $LAKESTREAM_CATALOG_DSN)"),
+    typer.Option("--dsn", help="catalog PostgreSQL DSN (default: $LAKESTREAM_CATALOG__DSN)"),
 ]
+WarehouseOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--warehouse", help="root of table data (default: $LAKESTREAM_CATALOG__WAREHOUSE)"
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+SCHEMA_ENV = "LAKESTREAM_CATALOG__SCHEMA"
 
 
 def _use_schema(value: str | None) -> str | None:
-    """``--schema`` overrides ``LAKESTREAM_CATALOG_SCHEMA`` for this process and the processes
-    it starts (the compactor's workers), so every catalog it opens is in that schema."""
+    """``--schema`` overrides the environment for this process and the processes it starts
+    (the compactor's workers), so every catalog it opens is in that schema."""
     if value is not None:
         try:
             os.environ[SCHEMA_ENV] = check_schema_name(value)
@@ -53,7 +96,6 @@ def _use_schema(value: str | None) -> str | None:
     return value
 
 
-SCHEMA_ENV = "LAKESTREAM_CATALOG_SCHEMA"
 SchemaOption = Annotated[
     str | None,
     typer.Option(
@@ -63,42 +105,90 @@ SchemaOption = Annotated[
         expose_value=False,
     ),
 ]
-WarehouseOption = Annotated[
-    Path | None,
-    typer.Option("--warehouse", help="root of table data (default: $LAKESTREAM_WAREHOUSE)"),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def _connect(dsn: str | None, warehouse: Path | None = None, *, create: bool = False) -> Catalog:
-    """Open the catalog. Only ``catalog init`` passes ``create``: every other command needs a
-    catalog that exists, so it neither creates nor migrates one (it says to run init)."""
-    settings = CatalogSettings()
+@dataclass
+class _RunState:
+    """What the error boundary needs to know about this run."""
+
+    debug: bool = False
+    #: Passwords of the DSNs this run used: masked in any message that would show them.
+    secrets: list[str] = field(default_factory=list)
+
+
+_Run = _RunState()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", envvar=DEBUG_ENV, help="on a failure, show the traceback too"),
+    ] = False,
+) -> None:
+    _Run.debug = debug
+
+
+def _settings(dsn: str | None = None, warehouse: Path | None = None) -> CommandSettings:
+    """The settings of a catalog command, flags over the environment; configures logging."""
+    catalog = {k: v for k, v in {"dsn": dsn, "warehouse": warehouse}.items() if v is not None}
+    with config_errors(CommandSettings):
+        settings = CommandSettings(catalog=catalog)
     configure_logging(settings.log_level)
-    target = dsn or settings.dsn()
+    return settings
+
+
+def _dsn(settings: CommandSettings) -> str:
+    dsn = settings.catalog.required_dsn()
+    _remember_secret(dsn)
+    return dsn
+
+
+def _remember_secret(dsn: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    password = conninfo_to_dict(dsn).get("password")
+    if password:
+        _Run.secrets.append(str(password))
+
+
+def _connect(dsn: str | None, warehouse: Path | None = None) -> Catalog:
+    settings = _settings(dsn, warehouse)
+    return _open(_dsn(settings), settings)
+
+
+def _open(dsn: str, settings: CommandSettings, *, create: bool = False) -> Catalog:
+    """The catalog; one that cannot be opened is a configuration mistake (exit 2).
+
+    Only ``catalog init`` passes ``create``: every other command needs a catalog that exists, so
+    it neither creates nor migrates one (it says to run init)."""
     try:
         return Catalog.connect(
-            target,
-            warehouse=warehouse or settings.warehouse,
-            schema=settings.catalog_schema,
+            dsn,
+            warehouse=settings.catalog.warehouse,
+            schema=settings.catalog.db_schema,
             create=create,
         )
+    except CatalogNotInitializedError as exc:
+        raise ConfigError(str(exc)) from exc
     except CatalogError as exc:
-        typer.echo(f"cannot open catalog at {redact_dsn(target)}: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise ConfigError(
+            f"cannot open catalog at {redact_dsn(dsn)}: {exc}; check that the database runs "
+            "there and the DSN (--dsn or LAKESTREAM_CATALOG__DSN) is right"
+        ) from exc
 
 
 @catalog_app.command("init")
 def catalog_init(
     dsn: DsnOption = None, warehouse: WarehouseOption = None, schema: SchemaOption = None
 ) -> None:
-    """Create or migrate the catalog schema (safe to run again, and from many hosts at once).
-
-    Moves a catalog made by an older lakestream from ``public`` into its own schema."""
-    with _connect(dsn, warehouse, create=True) as cat:
+    """Create or migrate the catalog schema (safe to run again, and from many hosts at once)."""
+    settings = _settings(dsn, warehouse)
+    target = _dsn(settings)
+    with _open(target, settings, create=True) as cat:
         typer.echo(
-            f"catalog ready at {redact_dsn(dsn or CatalogSettings().dsn())} "
-            f"(schema {cat.store.schema}); warehouse {cat.warehouse or '(not set)'}"
+            f"catalog ready at {redact_dsn(target)} (schema {cat.store.schema}); "
+            f"warehouse {cat.warehouse or '(not set)'}"
         )
 
 
@@ -119,22 +209,22 @@ def tables_list(
 def tables_describe(table: str, dsn: DsnOption = None, schema: SchemaOption = None) -> None:
     """Schema, keys, partitioning, location, properties and current version of a table."""
     with _connect(dsn) as cat:
-        info = _guard(lambda: cat.load_table(table).describe())
+        info = cat.load_table(table).describe()
     typer.echo(json.dumps(info, indent=2, default=str))
 
 
 @tables_app.command("history")
 def tables_history(
     table: str,
-    limit: int = 20,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many versions")] = 20,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Versions of a table, newest first: op, time, writer/batch, files and rows."""
     with _connect(dsn) as cat:
-        handle = _guard(lambda: cat.load_table(table))
-        versions = _guard(lambda: handle.history(limit=limit))
+        handle = cat.load_table(table)
+        versions = handle.history(limit=limit)
     # a CDC table's files hold changes (inserts, updates, deletes), not rows of the table
     unit = "changes" if handle.meta.is_cdc else "rows"
     rows = [
@@ -184,19 +274,15 @@ def tables_compact(
     found, catalog or file error), 2 a usage or configuration mistake (bad --partition, a bad
     compaction table property, compaction disabled).
     """
-    from compaction.errors import CompactionError
-    from compaction.policy import InvalidPolicyError
-    from jobs.table_compact import UsageError, compact_table
+    from jobs.table_compact import compact_table
 
     with _connect(dsn) as cat:
         try:
             report = compact_table(cat, table, partition)
-        except (UsageError, InvalidPolicyError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+        except InvalidPolicyError:
+            raise  # a bad compaction property: a configuration mistake
         except (CatalogError, CompactionError, OSError) as exc:
-            typer.echo(f"error: compacting {table} failed: {exc}", err=True)
-            raise typer.Exit(1) from exc
+            raise _Failed(f"compacting {table} failed: {exc}") from exc
     if as_json:
         typer.echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -280,18 +366,12 @@ def tables_ttl(
 
 
 def _maintenance(dsn: str | None, table: str, action: Callable[[Catalog], T]) -> T:
-    """A bad argument or property: one line, exit 2; a runtime failure: one line, exit 1."""
-    from jobs.table_maintenance import UsageError
-
+    """A bad argument or property: exit 2; a runtime failure names the table: exit 1."""
     with _connect(dsn) as cat:
         try:
             return action(cat)
-        except UsageError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
         except (CatalogError, OSError) as exc:
-            typer.echo(f"error: {table}: {exc}", err=True)
-            raise typer.Exit(1) from exc
+            raise _Failed(f"{table}: {exc}") from exc
 
 
 def _print_report(report: Any, lines: list[str], as_json: bool) -> None:
@@ -341,28 +421,15 @@ def tables_update(
 
 
 def _dml(table: str, where: str, assign: list[str] | None, dsn: str | None, as_json: bool) -> None:
-    from jobs.table_dml import DmlUsageError, report_json, report_line, run_dml
+    from jobs.table_dml import report_json, report_line, run_dml
 
     with _connect(dsn) as cat:
         try:
             result = run_dml(cat, table, where, assign)
-        except DmlUsageError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
         except (CatalogError, OSError) as exc:
-            typer.echo(f"error: {'updating' if assign else 'deleting from'} {table} failed: "
-                       f"{exc}", err=True)  # fmt: skip
-            raise typer.Exit(1) from exc
+            doing = "updating" if assign else "deleting from"
+            raise _Failed(f"{doing} {table} failed: {exc}") from exc
     typer.echo(json.dumps(report_json(result)) if as_json else report_line(result))
-
-
-def _guard(action: Callable[[], T]) -> T:
-    """Run a catalog action; a catalog error becomes a one-line message and exit code 1."""
-    try:
-        return action()
-    except CatalogError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
 
 
 TablesPattern = Annotated[
@@ -404,19 +471,16 @@ def compactor_run(
         "poll_seconds": poll_seconds,
         "metrics_port": metrics_port,
     }
-    settings, catalog_settings, target = _compactor_settings(flags, dsn)
+    settings, target = _compactor_settings(flags, dsn, warehouse)
     stop = threading.Event()
     install_stop_handlers(stop)
-    code = _compactor_guard(
+    code = run_service(
         target,
-        lambda: run_service(
-            target,
-            warehouse or catalog_settings.warehouse,
-            settings,
-            once=once,
-            log_level=catalog_settings.log_level,
-            stop=stop,
-        ),
+        settings.catalog.warehouse,
+        settings,
+        once=once,
+        log_level=settings.log_level,
+        stop=stop,
     )
     raise typer.Exit(code)
 
@@ -428,14 +492,10 @@ def compactor_worker(
     """Run one worker process that takes tasks from the shared queue (scale out with more)."""
     from jobs.compactor_main import install_stop_handlers, run_worker
 
-    settings, catalog_settings, target = _compactor_settings({}, dsn)
+    settings, target = _compactor_settings({}, dsn, warehouse)
     stop = threading.Event()
     install_stop_handlers(stop)
-    code = _compactor_guard(
-        target,
-        lambda: run_worker(target, warehouse or catalog_settings.warehouse, settings, stop=stop),
-    )
-    raise typer.Exit(code)
+    raise typer.Exit(run_worker(target, settings.catalog.warehouse, settings, stop=stop))
 
 
 @compactor_app.command("status")
@@ -449,10 +509,10 @@ def compactor_status(
     from compaction.queue import TaskQueue
     from compaction.status import collect_status
 
-    settings, _, target = _compactor_settings({"tables": tables}, dsn)
-    with _connect(target) as cat:
+    settings, target = _compactor_settings({"tables": tables}, dsn, None)
+    with _open(target, settings) as cat:
         queue = TaskQueue(cat.store, settings.queue())
-        found = _compactor_guard(target, lambda: collect_status(cat, queue, settings.patterns()))
+        found = collect_status(cat, queue, settings.patterns())
     if as_json:
         typer.echo(json.dumps([s.to_json() for s in found], indent=2, default=str))
         return
@@ -494,39 +554,15 @@ def _maintenance_line(m: Any) -> str:
 
 
 def _compactor_settings(
-    flags: Mapping[str, object], dsn: str | None
-) -> tuple[CompactorSettings, CatalogSettings, str]:
-    """Settings from flags over the environment; a bad value is one line and exit code 2."""
-    given = {k: v for k, v in flags.items() if v is not None}
-    try:
-        catalog_settings = CatalogSettings()
-        settings = CompactorSettings(**given)  # type: ignore[arg-type]
-        target = dsn or catalog_settings.dsn()
-    except (ValidationError, ValueError) as exc:
-        typer.echo(f"error: {_one_line(exc)}", err=True)
-        raise typer.Exit(2) from exc
-    configure_logging(catalog_settings.log_level)
-    return settings, catalog_settings, target
-
-
-def _compactor_guard(dsn: str, action: Callable[[], T]) -> T:
-    """Catalog unreachable: exit 2; a catalog or compaction failure: one line, exit 1."""
-    try:
-        return action()
-    except CatalogUnavailableError as exc:
-        typer.echo(f"cannot open catalog at {redact_dsn(dsn)}: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    except (CatalogError, CompactionError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
-
-
-def _one_line(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-    return str(exc)
+    flags: Mapping[str, object], dsn: str | None, warehouse: Path | None
+) -> tuple[CompactorSettings, str]:
+    """The compactor's settings, flags over the environment, and the catalog's DSN."""
+    given: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    catalog = {k: v for k, v in {"dsn": dsn, "warehouse": warehouse}.items() if v is not None}
+    with config_errors(CompactorSettings):
+        settings = CompactorSettings(catalog=catalog, **given)
+    configure_logging(settings.log_level)
+    return settings, _dsn(settings)
 
 
 @app.command("ingest")
@@ -549,15 +585,95 @@ def demo(
     """Run the quickstart on embedded defaults: local PostgreSQL, concurrent writers, compaction."""
     from jobs.demo import DemoConfig, run_demo
 
-    configure_logging(CatalogSettings().log_level)
+    configure_logging(_settings().log_level)
     run_demo(
         DemoConfig(home=home.resolve(), writers=writers, batches=batches, keep_server=keep_server)
     )
 
 
-def main() -> None:
-    app()
+class _Failed(Exception):
+    """A failure at run time whose message already says what failed (exit 1)."""
+
+
+#: (exception types, exit code, what to do), the first match deciding.
+_OUTCOMES: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
+    ((ConfigError,), EXIT_USAGE, ""),
+    ((ValidationError,), EXIT_USAGE, "fix the setting named"),
+    (
+        (CompactUsageError, MaintenanceUsageError, DmlUsageError, InvalidPolicyError),
+        EXIT_USAGE,
+        "",
+    ),
+    (
+        (CatalogUnavailableError,),
+        EXIT_USAGE,
+        "check that the catalog database runs and the DSN (--dsn or LAKESTREAM_CATALOG__DSN) "
+        "is right",
+    ),
+    ((TableNotFoundError,), EXIT_FAILED, "see 'lakestream tables list'"),
+    ((_Failed, CatalogError, CompactionError, IngestError, OSError), EXIT_FAILED, ""),
+)
+
+
+#: Modules of the ``spark`` extra (``pip install 'lakestream[spark]'``).
+_SPARK_EXTRA = frozenset({"pyspark", "confluent_kafka", "pandas"})
+
+
+def explain(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the one line for a command's failure."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name in _SPARK_EXTRA:
+        return EXIT_USAGE, (
+            f"{exc.name} is not installed: this command needs the Spark extra; install it with "
+            "pip install 'lakestream[spark]'"
+        )
+    for types, code, hint in _OUTCOMES:
+        if isinstance(exc, types):
+            text = _one_line(exc)
+            return code, f"{text}; {hint}" if hint else text
+    name = type(exc).__name__
+    return EXIT_FAILED, f"unexpected {name}: {_one_line(exc)}; rerun with --debug for the traceback"
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        return describe_errors(exc, CommandSettings, None)
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    for secret in _Run.secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _usage_line(exc: typer.TyperException) -> str:
+    """Click's message for a bad flag or argument, and where to look."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "lakestream"
+    return f"{' '.join(exc.format_message().split()).rstrip('.')}; see '{command} --help'"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; a failure is one line on stderr and exit code 1 or 2 (``--debug``: the
+    traceback too)."""
+    try:
+        code = app(args=argv, prog_name="lakestream", standalone_mode=False)
+        return int(code or EXIT_OK)
+    except typer.TyperException as exc:  # click's: a bad flag or argument, or no arguments
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stderr.write(exc.format_message())
+            return EXIT_USAGE
+        return _fail(exc, exc.exit_code, _usage_line(exc))
+    except typer.Abort as exc:
+        return _fail(exc, EXIT_FAILED, "interrupted")
+    except Exception as exc:
+        return _fail(exc, *explain(exc))
+
+
+def _fail(exc: BaseException, code: int, line: str) -> int:
+    if _Run.debug or os.environ.get(DEBUG_ENV, "").lower() in {"1", "true", "yes"}:
+        traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,7 +21,7 @@ from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from types import FrameType
 
-from catalog import Catalog, CatalogError, CatalogOutageError, OutageGuard, OutagePolicy
+from catalog import Catalog, CatalogError, CatalogOutageError, OutageGuard
 from catalog.logs import get_logger
 from compaction.coordinator import Coordinator
 from compaction.errors import CompactionError
@@ -33,7 +33,7 @@ from compaction.service import CoordinatorLoop
 from compaction.worker import Worker, default_worker_id
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
-from jobs.settings import CatalogSettings, redact_dsn
+from jobs.settings import redact_dsn
 
 log = get_logger("lakestream.compactor")
 
@@ -51,12 +51,11 @@ def install_stop_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def connect(dsn: str, warehouse: Path | None, outage: OutagePolicy | None = None) -> Catalog:
-    """The catalog in the schema ``LAKESTREAM_CATALOG_SCHEMA`` names (``--schema`` sets it, so
-    the worker processes, which inherit the environment, open the same one)."""
-    retry = None if outage is None else outage.committer_retry()
-    schema = CatalogSettings().catalog_schema
-    return Catalog.connect(dsn, warehouse=warehouse, retry=retry, schema=schema)
+def connect(dsn: str, warehouse: Path | None, settings: CompactorSettings) -> Catalog:
+    """The catalog in the schema the settings name (``--schema`` sets it in the environment, so
+    the worker processes, which inherit it, open the same one)."""
+    retry = settings.outage().committer_retry()
+    return Catalog.connect(dsn, warehouse=warehouse, retry=retry, schema=settings.catalog.db_schema)
 
 
 def outage_guard(dsn: str, settings: CompactorSettings) -> OutageGuard:
@@ -111,7 +110,7 @@ def run_worker(
         CatalogError: the catalog could not be opened at the start.
     """
     listener = None if drain else CommitListener(dsn, channel=TASK_CHANNEL, debounce_s=0.0)
-    with connect(dsn, warehouse, settings.outage()) as catalog:
+    with connect(dsn, warehouse, settings) as catalog:
         worker = Worker(
             catalog,
             TaskQueue(catalog.store, settings.queue(), outage_guard(dsn, settings)),
@@ -199,7 +198,7 @@ def run_service(
     stop = stop or threading.Event()
     pool = WorkerPool(settings.workers, dsn, warehouse, settings, log_level)
     guard = outage_guard(dsn, settings)
-    with connect(dsn, warehouse, settings.outage()) as catalog:
+    with connect(dsn, warehouse, settings) as catalog:
         queue = TaskQueue(catalog.store, settings.queue(), guard)
         coordinator = Coordinator(
             catalog,

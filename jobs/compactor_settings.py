@@ -1,26 +1,30 @@
 """``lakestream compactor ...``: the compactor service's settings.
 
-Environment variables ``LAKESTREAM_COMPACTOR_<FIELD>`` (e.g. ``LAKESTREAM_COMPACTOR_WORKERS=4``),
-overridden by the command's flags. The catalog itself comes from the shared
-``LAKESTREAM_CATALOG_DSN`` / ``LAKESTREAM_WAREHOUSE`` (:class:`jobs.settings.CatalogSettings`).
+Environment variables ``LAKESTREAM_COMPACTOR__<FIELD>`` (e.g. ``LAKESTREAM_COMPACTOR__WORKERS=4``;
+the older ``LAKESTREAM_COMPACTOR_WORKERS`` is still read), overridden by the command's flags. The
+catalog and the log level are the keys every command shares (``LAKESTREAM_CATALOG__DSN``,
+``LAKESTREAM_LOG_LEVEL``: :mod:`jobs.settings`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import ClassVar
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from catalog.outage import DEFAULT_OUTAGE_BUDGET_S, OutagePolicy
 from compaction.maintenance import MaintenanceSettings
 from compaction.queue import QueueSettings
 from compaction.service import LoopSettings
 from compaction.worker import WorkerSettings
+from jobs.settings import CommandSettings
 
 
-class CompactorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LAKESTREAM_COMPACTOR_", extra="ignore")
+class CompactorSettings(CommandSettings):
+    """``lakestream compactor run|worker|status``."""
+
+    command: ClassVar[str | None] = "compactor"
 
     tables: str = "*"
     """Which tables the coordinator serves: fnmatch patterns on ``namespace.table``, comma

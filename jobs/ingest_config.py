@@ -1,8 +1,14 @@
 """``lakestream ingest --config ingest.yaml``: the ingest job's settings.
 
-YAML gives the structure; environment variables override any field
-(``LAKESTREAM_INGEST_KAFKA__BOOTSTRAP_SERVERS=...``). Secrets (the catalog DSN, Kafka options
-such as ``sasl.password``) are ``SecretStr`` and never reach logs.
+The YAML file gives the structure; environment variables override any key (the sources and
+their order: :mod:`jobs.settings`): ``LAKESTREAM_INGEST__KAFKA__BOOTSTRAP_SERVERS=...``,
+``LAKESTREAM_CATALOG__DSN=...``. Secrets (the catalog DSN, Kafka options such as
+``sasl.password``) are ``SecretStr`` and never reach logs.
+
+Topics go to tables by ``tables.debezium_topic_tables`` (Debezium topics: overrides of the
+``server.schema.table`` naming) or ``tables.json_topic_tables`` (plain JSON topics: the table each
+one appends to). The old ``tables.topic_tables`` meant one or the other by ``source.format``; it
+is still read, as the key of the configured format, with a warning naming the new key.
 
 ``tables.declare`` gives the columns and key of tables that do not exist yet, for topics whose
 messages carry no schema (types: :mod:`jobs.column_types`); ``dead_letters`` names the
@@ -13,61 +19,39 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    YamlConfigSettingsSource,
-)
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from catalog.errors import InvalidNameError
-from catalog.migrations import DEFAULT_SCHEMA
-from catalog.outage import DEFAULT_OUTAGE_BUDGET_S
-from catalog.store import check_schema_name
+from catalog import DEFAULT_HASH_BUCKETS
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 from jobs.column_types import column_field
+from jobs.settings import CatalogSettings, CommandSettings, Section
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_DEAD_LETTER_TABLE = "lakestream.dead_letters"
+_ROUTES = {
+    SourceFormat.DEBEZIUM: "debezium_topic_tables",
+    SourceFormat.JSON: "json_topic_tables",
+}
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CatalogSection(_Section):
+class CatalogSection(CatalogSettings):
     dsn: SecretStr
-    warehouse: Path | None = None
-    outage_budget: float = Field(default=DEFAULT_OUTAGE_BUDGET_S, ge=0)
-    """Seconds a catalog outage is waited out before the job stops (exit code 1); 0: stop at
-    the first failed catalog call."""
-    db_schema: str = Field(default=DEFAULT_SCHEMA, alias="schema")
-    """The PostgreSQL schema holding the catalog (``schema:`` in the YAML)."""
-
-    @field_validator("db_schema")
-    @classmethod
-    def _schema_name(cls, value: str) -> str:
-        try:
-            return check_schema_name(value)
-        except InvalidNameError as exc:
-            raise ValueError(str(exc)) from None
 
 
-class KafkaSection(_Section):
+class KafkaSection(Section):
     bootstrap_servers: str
     options: dict[str, SecretStr] = Field(default_factory=dict)
     """librdkafka settings (security.protocol, sasl.*, ssl.*), passed through."""
 
 
-class SourceSection(_Section):
+class SourceSection(Section):
     format: SourceFormat = SourceFormat.DEBEZIUM
     topics: list[str] = Field(default_factory=list)
     pattern: str | None = None
@@ -78,7 +62,7 @@ class SourceSection(_Section):
     one batch)."""
 
 
-class DeclaredTable(_Section):
+class DeclaredTable(Section):
     """A CDC table the job creates, with these columns, when its topic first brings rows.
 
     Used only while the table does not exist: the catalog's schema decides once it does.
@@ -100,12 +84,17 @@ class DeclaredTable(_Section):
         return pa.schema([column_field(name, text) for name, text in self.columns.items()])
 
 
-class TablesSection(_Section):
-    topic_tables: dict[str, str] = Field(default_factory=dict)
-    """topic -> namespace.table; default for Debezium: server.schema.table -> schema.table."""
+class TablesSection(Section):
+    debezium_topic_tables: dict[str, str] = Field(default_factory=dict)
+    """Debezium topics: topic -> namespace.table, overriding the naming convention
+    (server.schema.table -> schema.table)."""
+    json_topic_tables: dict[str, str] = Field(default_factory=dict)
+    """Plain JSON topics: topic -> the namespace.table its records are appended to."""
+    topic_tables: dict[str, str] | None = None
+    """The old name of the two above: the one of ``source.format``. Still read, with a warning."""
     namespaces: dict[str, str] = Field(default_factory=dict)
     primary_keys: dict[str, list[str]] = Field(default_factory=dict)
-    hash_buckets: int = Field(default=4, ge=1, le=65536)
+    hash_buckets: int = Field(default=DEFAULT_HASH_BUCKETS, ge=1, le=65536)
     partition_by: dict[str, list[str]] = Field(default_factory=dict)
     declare: dict[str, DeclaredTable] = Field(default_factory=dict)
     """namespace.table -> columns and key, for schemaless topics of tables not created yet."""
@@ -119,7 +108,7 @@ class TablesSection(_Section):
         return {name.lower(): table for name, table in value.items()}
 
 
-class DeadLettersSection(_Section):
+class DeadLettersSection(Section):
     table: str = DEFAULT_DEAD_LETTER_TABLE
     max_ratio: float | None = Field(default=0.5, ge=0, le=1)
     """A batch fails, committing nothing, when a topic's dead letters exceed this share of its
@@ -132,16 +121,16 @@ class DeadLettersSection(_Section):
         return DeadLetterGuard(max_ratio=self.max_ratio, min_count=self.min_count)
 
 
-class SparkSection(_Section):
+class SparkSection(Section):
     master: str | None = "local[2]"
     """``null`` under spark-submit: the submitter's master and settings are used as they are."""
     conf: dict[str, str] = Field(default_factory=dict)
 
 
-class IngestSettings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="LAKESTREAM_INGEST_", env_nested_delimiter="__", extra="forbid"
-    )
+class IngestSettings(CommandSettings):
+    """``lakestream ingest``: the YAML file's keys, each also an environment variable."""
+
+    command: ClassVar[str | None] = "ingest"
 
     job: str
     catalog: CatalogSection
@@ -155,7 +144,6 @@ class IngestSettings(BaseSettings):
     """``available_now`` (drain and stop) or an interval such as ``10 seconds``."""
     checkpoint: Path
     spark: SparkSection = Field(default_factory=SparkSection)
-    log_level: str = "INFO"
 
     @field_validator("job")
     @classmethod
@@ -188,35 +176,44 @@ class IngestSettings(BaseSettings):
         self.dead_letters = self.dead_letters.model_copy(update={"table": self.dead_letter_table})
         return self
 
+    @model_validator(mode="after")
+    def _topic_tables(self) -> IngestSettings:
+        """The routes of the configured format only: a mapping for the other one is a mistake
+        (a JSON topic listed under the Debezium overrides would never be appended to)."""
+        tables, fmt = self.tables, self.source.format
+        new = _ROUTES[fmt]
+        for other_format, key in _ROUTES.items():
+            if other_format is not fmt and getattr(tables, key):
+                raise ValueError(f"tables.{key} is for source.format: {other_format.value}")
+        if tables.topic_tables is not None:
+            if getattr(tables, new):
+                raise ValueError(f"tables.topic_tables is the old name of tables.{new}: give one")
+            setattr(tables, new, tables.topic_tables)
+        return self
+
     @classmethod
     def from_yaml(cls, path: Path) -> IngestSettings:
-        """Settings from a YAML file, with environment variables taking precedence."""
-        if not path.is_file():
-            raise FileNotFoundError(f"ingest config {path} does not exist")
+        """Settings from a YAML file, with environment variables taking precedence.
 
-        class FromFile(cls):  # type: ignore[valid-type,misc]
-            model_config = SettingsConfigDict(**{**cls.model_config, "yaml_file": path})
-
-        settings: IngestSettings = FromFile()
+        Raises:
+            ConfigError: one line naming the file, the key and what is expected.
+        """
+        settings: IngestSettings = cls.from_file(path)
         return settings
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+    def notes(self) -> list[str]:
+        notes = []
+        if self.tables.topic_tables is not None:
+            new = _ROUTES[self.source.format]
+            notes.append(f"tables.topic_tables is deprecated: rename it to tables.{new}")
+        if self.dead_letter_table is not None:
+            notes.append("dead_letter_table is deprecated: write dead_letters.table instead")
+        return notes
 
     def job_config(self) -> IngestJobConfig:
         declared = self.tables.declare
         decoder = DecoderConfig(
-            topic_tables=self.tables.topic_tables
-            if self.source.format is SourceFormat.DEBEZIUM
-            else {},
+            topic_tables=self.tables.debezium_topic_tables,
             namespaces=self.tables.namespaces,
             schemas={name: table.arrow_schema() for name, table in declared.items()},
             primary_keys={
@@ -234,7 +231,7 @@ class IngestSettings(BaseSettings):
             topics=tuple(self.source.topics),
             topic_pattern=self.source.pattern,
             decoder=decoder,
-            json_tables=self.tables.topic_tables if self.source.format is SourceFormat.JSON else {},
+            json_tables=self.tables.json_topic_tables,
             hash_buckets=self.tables.hash_buckets,
             partition_by={t: tuple(c) for t, c in self.tables.partition_by.items()},
             starting_offsets=self.source.starting_offsets,

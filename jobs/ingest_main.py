@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from catalog import (
     Catalog,
     CatalogError,
@@ -25,14 +23,13 @@ STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
 
 
 def main(config_path: Path) -> int:
-    try:
-        settings = IngestSettings.from_yaml(config_path)
-    except (ValidationError, FileNotFoundError) as exc:
-        configure_logging()
-        get_logger("lakestream.ingest").error("bad_config", error=config_error(exc))
-        return 2
+    """Run the job; a configuration it cannot start with raises :class:`ConfigError` (the
+    command line reports it in one line, exit code 2) before anything starts."""
+    settings = IngestSettings.from_yaml(config_path)
     configure_logging(settings.log_level)
     log = get_logger("lakestream.ingest")
+    for note in settings.notes():
+        log.warning("config_deprecated", note=note, config=str(config_path))
     dsn = settings.catalog.dsn.get_secret_value()
     budget = settings.catalog.outage_budget
     log.info("ingest_config", catalog=redact_dsn(dsn), outage_budget_s=budget, **describe(settings))
@@ -66,18 +63,6 @@ def main(config_path: Path) -> int:
         return 1
     finally:
         spark.stop()
-
-
-def config_error(exc: ValidationError | FileNotFoundError) -> str:
-    """One line saying where the configuration is wrong and what was expected."""
-    if isinstance(exc, FileNotFoundError):
-        return str(exc)
-    problems = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)
 
 
 def _one_report_of_failures(spark: Any) -> None:

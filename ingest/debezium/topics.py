@@ -51,12 +51,14 @@ def route_topic(
     if len(parts) == 2 and parts[1] == "transaction":
         return IGNORED
     if len(parts) < 3:
-        return Route(error=f"topic {topic!r} does not name a table; map it in topic_tables")
+        return Route(
+            error=f"topic {topic!r} does not name a table; map it in tables.debezium_topic_tables"
+        )
     namespace = namespaces.get(parts[-2], parts[-2])
     table = parts[-1]
     if not (_IDENTIFIER.fullmatch(namespace) and _IDENTIFIER.fullmatch(table)):
         return Route(
             error=f"topic {topic!r} gives the invalid table name {namespace}.{table}; "
-            "map it in topic_tables"
+            "map it in tables.debezium_topic_tables"
         )
     return Route(table=f"{namespace.lower()}.{table.lower()}")

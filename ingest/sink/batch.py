@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -48,14 +48,13 @@ from catalog import (
     schema_to_base64,
 )
 from catalog.logs import get_logger
-from ingest.debezium import DecoderConfig
+from ingest.config import IngestJobConfig
 from ingest.errors import IngestError, SchemaChangeRefused
-from ingest.failpoints import FailAt, Failpoint
+from ingest.failpoints import Failpoint
 from ingest.kafka.options import SourceOptions
 from ingest.logs import driver_level
 from ingest.sink.decoding import BatchDecoders
-from ingest.sink.guard import DeadLetterGuard
-from ingest.sink.plan import SinkPlan, SourceFormat
+from ingest.sink.plan import SinkPlan
 from ingest.sink.report import (
     NewTable,
     TaskReport,
@@ -86,21 +85,17 @@ class _TablesCreated(IngestError):
 
 @dataclass(frozen=True)
 class SinkSettings:
-    job: str
-    """Stable name: the writer's progress is stored under it."""
+    config: IngestJobConfig
+    """The job's configuration (defined once, in :mod:`ingest.config`)."""
     incarnation: str
     """Changes when the Spark checkpoint is new, because Spark then restarts batch ids at 0."""
-    source_format: SourceFormat
-    decoder: DecoderConfig
-    dead_letter_table: str
     kafka: SourceOptions = field(repr=False)
     """How the executor tasks read the offset ranges the source emits (``emit=ranges``)."""
-    json_tables: Mapping[str, str] = field(default_factory=dict)
-    hash_buckets: int = 4
-    partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    fail_at: FailAt | None = None
-    """Fault injection for crash tests (:mod:`ingest.failpoints`)."""
-    guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
+
+    @property
+    def job(self) -> str:
+        """Stable name: the writer's progress is stored under it."""
+        return self.config.job
 
     @property
     def writer_id(self) -> str:
@@ -129,14 +124,14 @@ class BatchSink:
             lambda: known_tables(
                 catalog,
                 job=settings.job,
-                source_format=settings.source_format,
-                decoder=settings.decoder,
-                json_tables=settings.json_tables,
+                source_format=settings.config.source_format,
+                decoder=settings.config.decoder,
+                json_tables=settings.config.json_tables,
                 kafka=settings.kafka,
             ),
         )
-        self._tables = tables - {settings.dead_letter_table.lower()}
-        self._decoders = BatchDecoders(settings.decoder)
+        self._tables = tables - {settings.config.dead_letter_table.lower()}
+        self._decoders = BatchDecoders(settings.config.decoder)
         self.batches_committed = 0
         self.records_read = 0
         self._batches_seen = 0
@@ -185,8 +180,8 @@ class BatchSink:
         self._trip(Failpoint.BATCH_COMMITTED, batch_of_run)
 
     def _trip(self, point: Failpoint, batch_of_run: int) -> None:
-        if self.settings.fail_at is not None:
-            self.settings.fail_at.trip(point, batch_of_run)
+        if self.settings.config.fail_at is not None:
+            self.settings.config.fail_at.trip(point, batch_of_run)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -206,7 +201,7 @@ class BatchSink:
         plan = self._plan(batch_id)
         rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
         reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
-        too_many = self.settings.guard.check(topic_figures(reports))
+        too_many = self.settings.config.dead_letter_guard.check(topic_figures(reports))
         if too_many is not None:
             raise too_many
         new = {t.table: t for r in reports for t in r.new_tables}
@@ -247,19 +242,19 @@ class BatchSink:
         dead_table = Table(self.catalog, dead)
         self._bases[str(dead.name)] = self.guard.call("current_version", dead_table.current_version)
         return SinkPlan(
-            source_format=self.settings.source_format,
+            source_format=self.settings.config.source_format,
             decoder=self._decoders.for_tables(metas),
             tables=metas,
             dead_letters=dead,
             batch_id=batch_id,
             writer=self.settings.writer_id,
-            json_tables=self.settings.json_tables,
+            json_tables=self.settings.config.json_tables,
             log_level=driver_level(),
             kafka=self.settings.kafka,
         )
 
     def _dead_letter_table(self) -> TableMeta:
-        name = self.settings.dead_letter_table
+        name = self.settings.config.dead_letter_table
         try:
             return self._load(name).meta
         except TableNotFoundError:
@@ -273,7 +268,7 @@ class BatchSink:
         """Create a table the batch brought (with the schema its rows carry, or the declared
         one for schemaless messages); logs whether it was really created."""
         schema = schema_from_base64(new.schema_b64)
-        partition_by = self.settings.partition_by.get(new.table, ())
+        partition_by = self.settings.config.partition_by.get(new.table, ())
         self._tables.add(new.table)
         try:
             if new.kind == "cdc":
@@ -283,7 +278,7 @@ class BatchSink:
                     new.table,
                     schema,
                     primary_key=new.primary_key,
-                    hash_buckets=self.settings.hash_buckets,
+                    hash_buckets=self.settings.config.hash_buckets,
                     partition_by=partition_by,
                 )
             else:

@@ -35,7 +35,9 @@ _HINTS: dict[str, str] = {
         "the messages hold columns the table lacks: add them to tables.declare, or to the "
         "table (Table.add_column) if it already exists"
     ),
-    DeadLetterReason.UNMAPPED_TOPIC: "map the topic to a table in tables.topic_tables",
+    DeadLetterReason.UNMAPPED_TOPIC: (
+        "map the topic to a table in tables.debezium_topic_tables (or json_topic_tables)"
+    ),
     DeadLetterReason.MALFORMED_JSON: "check that the topic holds source.format messages",
     DeadLetterReason.BAD_ENVELOPE: "check that the topic holds source.format messages",
 }

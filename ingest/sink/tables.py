@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from catalog import (
     CONCURRENT_MERGE_PROPERTY,
+    DEFAULT_HASH_BUCKETS,
     SEQUENCE_COLUMN,
     SEQUENCE_COLUMN_PROPERTY,
     Catalog,
@@ -35,7 +36,7 @@ def create_cdc_table(
     columns: pa.Schema,
     *,
     primary_key: Sequence[str],
-    hash_buckets: int = 4,
+    hash_buckets: int = DEFAULT_HASH_BUCKETS,
     partition_by: Sequence[str] = (),
 ) -> Table:
     """A CDC table made as the ingest job makes one: the source ``columns`` plus the

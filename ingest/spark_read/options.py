@@ -27,11 +27,6 @@ VERSION_AS_OF = "versionAsOf"
 TIMESTAMP_AS_OF = "timestampAsOf"
 MAX_SPLIT_BYTES = "maxSplitBytes"
 
-#: Environment variable holding the DSN when the ``catalog`` option is not given (the same one
-#: the ``lakestream`` CLI reads).
-DSN_ENV = "LAKESTREAM_CATALOG_DSN"
-#: Environment variable naming the catalog's PostgreSQL schema when ``catalogSchema`` is not given.
-SCHEMA_ENV = "LAKESTREAM_CATALOG_SCHEMA"
 #: Largest plain-file group one Spark task reads, like ``spark.sql.files.maxPartitionBytes``.
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
 
@@ -51,8 +46,12 @@ class ReadOptions:
     catalog_schema: str = DEFAULT_SCHEMA
 
 
-def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOptions:
-    """Check ``options`` (keys in any case, as Spark hands them over) and fill in defaults."""
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check ``options`` (keys in any case, as Spark hands them over) and fill in defaults.
+
+    The DSN is the ``catalog`` option, always: the library reads no environment (only the
+    ``lakestream`` entry points in ``jobs/`` do), so a read names the catalog it reads.
+    """
     given = _by_name(options)
     version = _version(given.get(VERSION_AS_OF))
     as_of = _timestamp(given.get(TIMESTAMP_AS_OF))
@@ -60,13 +59,21 @@ def parse_options(options: Mapping[str, str], env: Mapping[str, str]) -> ReadOpt
         raise ReadOptionError(VERSION_AS_OF, f"give {VERSION_AS_OF} or {TIMESTAMP_AS_OF}, not both")
     return ReadOptions(
         table=_table(given),
-        dsn=_dsn(given, env),
+        dsn=_dsn(given),
         version=version,
         as_of=as_of,
         max_split_bytes=_positive(MAX_SPLIT_BYTES, given.get(MAX_SPLIT_BYTES))
         or DEFAULT_MAX_SPLIT_BYTES,
-        catalog_schema=_schema(given, env),
+        catalog_schema=_schema(given),
     )
+
+
+def _schema(given: Mapping[str, str]) -> str:
+    schema = given.get(CATALOG_SCHEMA) or DEFAULT_SCHEMA
+    try:
+        return check_schema_name(schema.strip())
+    except InvalidNameError as exc:
+        raise ReadOptionError(CATALOG_SCHEMA, str(exc)) from None
 
 
 def _by_name(options: Mapping[str, str]) -> dict[str, str]:
@@ -90,21 +97,15 @@ def _table(given: Mapping[str, str]) -> str:
     return name
 
 
-def _dsn(given: Mapping[str, str], env: Mapping[str, str]) -> SecretStr:
-    dsn = given.get(CATALOG) or env.get(DSN_ENV)
+def _dsn(given: Mapping[str, str]) -> SecretStr:
+    dsn = given.get(CATALOG)
     if not dsn:
         raise ReadOptionError(
-            CATALOG, f"required: the catalog's PostgreSQL DSN (or set {DSN_ENV} for the driver)"
+            CATALOG,
+            "required: the catalog's PostgreSQL DSN, e.g. .option('catalog', "
+            "os.environ['LAKESTREAM_CATALOG_DSN'])",
         )
     return SecretStr(dsn)
-
-
-def _schema(given: Mapping[str, str], env: Mapping[str, str]) -> str:
-    schema = given.get(CATALOG_SCHEMA) or env.get(SCHEMA_ENV) or DEFAULT_SCHEMA
-    try:
-        return check_schema_name(schema.strip())
-    except InvalidNameError as exc:
-        raise ReadOptionError(CATALOG_SCHEMA, str(exc)) from None
 
 
 def _version(text: str | None) -> int | None:

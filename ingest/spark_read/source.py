@@ -23,7 +23,6 @@ naming a subset of the columns to read only those.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,7 +94,7 @@ class LakestreamDataSource(DataSource):
 
     def settings(self) -> ReadOptions:
         """The parsed options (a :class:`ReadOptionError` for any bad one)."""
-        return parse_options(self.options, os.environ)
+        return parse_options(self.options)
 
     def schema(self) -> StructType:
         """The table's current schema in Spark types, without lakestream's internal columns

@@ -44,7 +44,7 @@ from catalog.files.pruning import Predicate
 from catalog.model import DataFile
 from ingest.spark_read.errors import ColumnReadError, ReadOptionError, UnsupportedTypeError
 from ingest.spark_read.filters import ColumnRef, exact_value, split_filters, to_predicate
-from ingest.spark_read.options import DEFAULT_MAX_SPLIT_BYTES, DSN_ENV, parse_options
+from ingest.spark_read.options import DEFAULT_MAX_SPLIT_BYTES, parse_options
 from ingest.spark_read.planning import split_files
 from ingest.spark_read.read import conform
 from ingest.spark_read.source import LakestreamDataSource, PinnedTable, column_refs
@@ -58,26 +58,26 @@ DSN = "postgresql://reader:s3cret@db/lakestream"
 
 
 def test_options_are_case_insensitive_and_default_to_the_latest_version():
-    options = parse_options({"TABLE": "shop.orders", "Catalog": DSN}, env={})
+    options = parse_options({"TABLE": "shop.orders", "Catalog": DSN})
     assert (options.table, options.version, options.as_of) == ("shop.orders", None, None)
     assert options.dsn.get_secret_value() == DSN
     assert options.max_split_bytes == DEFAULT_MAX_SPLIT_BYTES
     assert "s3cret" not in repr(options)
 
 
-def test_options_take_the_dsn_from_the_environment_and_the_table_from_load_path():
-    options = parse_options({"path": "shop.orders", "versionasof": "7"}, env={DSN_ENV: DSN})
+def test_options_take_the_table_from_load_path():
+    options = parse_options({"path": "shop.orders", "versionasof": "7", "catalog": DSN})
     assert (options.table, options.version) == ("shop.orders", 7)
     assert options.dsn.get_secret_value() == DSN
 
 
 def test_timestamp_without_offset_is_utc():
     options = parse_options(
-        {"table": "a.b", "catalog": DSN, "timestampAsOf": "2026-11-22T10:15:00"}, env={}
+        {"table": "a.b", "catalog": DSN, "timestampAsOf": "2026-11-22T10:15:00"}
     )
     assert options.as_of == dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)
     paris = parse_options(
-        {"table": "a.b", "catalog": DSN, "timestampAsOf": "2026-11-22T10:15:00+01:00"}, env={}
+        {"table": "a.b", "catalog": DSN, "timestampAsOf": "2026-11-22T10:15:00+01:00"}
     )
     assert paris.as_of == dt.datetime(2026, 11, 22, 9, 15, tzinfo=dt.UTC)
 
@@ -94,7 +94,7 @@ def test_the_catalog_schema_comes_from_the_option_or_the_environment():
     ("options", "option", "message"),
     [
         ({"catalog": DSN}, "table", "required"),
-        ({"table": "a.b"}, "catalog", "LAKESTREAM_CATALOG_DSN"),
+        ({"table": "a.b"}, "catalog", "required: the catalog"),
         ({"table": "a.b", "path": "c.d", "catalog": DSN}, "table", "another table"),
         ({"table": "a.b", "catalog": DSN, "versionAsOf": "x"}, "versionAsOf", "not a table"),
         ({"table": "a.b", "catalog": DSN, "versionAsOf": "-1"}, "versionAsOf", "start at 0"),
@@ -111,7 +111,7 @@ def test_the_catalog_schema_comes_from_the_option_or_the_environment():
 )
 def test_bad_options_are_refused_naming_the_option(options, option, message):
     with pytest.raises(ReadOptionError, match=message) as caught:
-        parse_options(options, env={})
+        parse_options(options)
     assert caught.value.option == option
     assert "s3cret" not in str(caught.value)
 

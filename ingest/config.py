@@ -1,0 +1,42 @@
+"""The ingest job's configuration, as the library takes it: explicit values, no environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catalog import DEFAULT_HASH_BUCKETS
+from ingest.debezium import DecoderConfig
+from ingest.failpoints import FailAt
+from ingest.sink.guard import DeadLetterGuard
+from ingest.sink.plan import SourceFormat
+
+__all__ = ["IngestJobConfig"]
+
+
+@dataclass(frozen=True)
+class IngestJobConfig:
+    """What an ingest job is configured with, defined once: the job (:mod:`ingest.job`) and its
+    sink (:mod:`ingest.sink.batch`) read it; ``lakestream ingest`` builds it from its settings
+    (:mod:`jobs.ingest_config`)."""
+
+    job: str
+    bootstrap_servers: str
+    checkpoint: Path
+    dead_letter_table: str
+    source_format: SourceFormat = SourceFormat.DEBEZIUM
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    json_tables: Mapping[str, str] = field(default_factory=dict)
+    hash_buckets: int = DEFAULT_HASH_BUCKETS
+    partition_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    trigger_seconds: float | None = None
+    """None: Trigger.AvailableNow (process what is there, then stop)."""
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    fail_at: FailAt | None = None
+    """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
+    dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
