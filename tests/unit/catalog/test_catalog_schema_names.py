@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from catalog import StoreSettings
 from catalog.errors import InvalidNameError
 from catalog.store import check_schema_name
-from jobs.settings import CatalogSettings
+from jobs.settings import CommandSettings
 
 
 @pytest.mark.parametrize("name", ["lakestream", "lake_2", "_lake", "public", "a" * 63])
@@ -24,11 +25,13 @@ def test_anything_else_is_refused(name):
         StoreSettings(schema=name)
 
 
-def test_the_setting_defaults_to_lakestream_and_is_read_from_the_environment(monkeypatch):
-    monkeypatch.delenv("LAKESTREAM_CATALOG_SCHEMA", raising=False)
-    assert CatalogSettings().catalog_schema == "lakestream" == StoreSettings().schema
-    monkeypatch.setenv("LAKESTREAM_CATALOG_SCHEMA", "lake_b")
-    assert CatalogSettings().catalog_schema == "lake_b"
-    monkeypatch.setenv("LAKESTREAM_CATALOG_SCHEMA", "Lake-B")
-    with pytest.raises(ValueError, match="LAKESTREAM_CATALOG_SCHEMA"):
-        CatalogSettings()
+@pytest.mark.parametrize("env", ["LAKESTREAM_CATALOG__SCHEMA", "LAKESTREAM_CATALOG_SCHEMA"])
+def test_the_setting_defaults_to_lakestream_and_is_read_from_the_environment(monkeypatch, env):
+    for name in ("LAKESTREAM_CATALOG__SCHEMA", "LAKESTREAM_CATALOG_SCHEMA"):
+        monkeypatch.delenv(name, raising=False)
+    assert CommandSettings().catalog.db_schema == "lakestream" == StoreSettings().schema
+    monkeypatch.setenv(env, "lake_b")
+    assert CommandSettings().catalog.db_schema == "lake_b"
+    monkeypatch.setenv(env, "Lake-B")
+    with pytest.raises(ValidationError, match="schema"):
+        CommandSettings()

@@ -82,12 +82,12 @@ def test_timestamp_without_offset_is_utc():
     assert paris.as_of == dt.datetime(2026, 11, 22, 9, 15, tzinfo=dt.UTC)
 
 
-def test_the_catalog_schema_comes_from_the_option_or_the_environment():
+def test_the_catalog_schema_comes_from_the_option_and_is_checked():
     given = {"table": "a.b", "catalog": DSN}
-    assert parse_options(given, env={}).catalog_schema == "lakestream"
-    env = {"LAKESTREAM_CATALOG_SCHEMA": "lake_b"}
-    assert parse_options(given, env=env).catalog_schema == "lake_b"
-    assert parse_options({**given, "catalogschema": "lake_c"}, env=env).catalog_schema == "lake_c"
+    assert parse_options(given).catalog_schema == "lakestream"
+    assert parse_options({**given, "catalogschema": "lake_c"}).catalog_schema == "lake_c"
+    with pytest.raises(ReadOptionError, match="catalogSchema"):
+        parse_options({**given, "catalogSchema": "Lake-C"})
 
 
 @pytest.mark.parametrize(
