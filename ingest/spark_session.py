@@ -47,7 +47,7 @@ def local_spark(app_name: str, extra_conf: dict[str, str] | None = None) -> Spar
     """
     _prepare_environment()
     conf = {**_LOCAL_CONF, **(extra_conf or {}), "spark.app.name": app_name}
-    if SparkContext._active_spark_context is None:
+    if SparkContext._gateway is None:  # no JVM yet (a stopped context keeps its JVM)
         _start_context(conf)
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():

@@ -17,7 +17,11 @@ How a micro-batch is made:
   as one row naming the range for the sink's own task to read (the records then never cross
   into the JVM and back);
 * offsets live in Spark's checkpoint (and, with each commit, in the catalog); the source never
-  commits consumer-group offsets.
+  commits consumer-group offsets;
+* a broker outage is waited out by the driver's queries within ``brokerOutageBudgetMs`` (one
+  ``kafka_unavailable`` warning per retry, see :mod:`ingest.kafka.outage`), then the query fails
+  with :class:`~ingest.kafka.errors.BrokerUnavailableError`. With ``logLevel`` set, Spark's
+  source process logs lakestream's lines (and librdkafka's, rate limited) at that level.
 """
 
 from __future__ import annotations
