@@ -68,7 +68,7 @@ from catalog.model import (
     TableCommit,
     TableCommitResult,
 )
-from catalog.outage import OutageGuard, OutagePolicy, OutageStats
+from catalog.outage import OutageGuard, OutagePolicy, OutageStats, one_line
 from catalog.planning import PartitionScan, ScanPlan
 from catalog.queries import NamedQueries
 from catalog.retry import RetryPolicy, lost_to_concurrent_write
@@ -137,6 +137,7 @@ __all__ = [
     "TableHead",
     "TableMeta",
     "without_internal",
+    "one_line",
     "check_schema_name",
     "DEFAULT_SCHEMA",
     "TableNotFoundError",

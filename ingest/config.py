@@ -9,6 +9,7 @@ from pathlib import Path
 from catalog import DEFAULT_HASH_BUCKETS
 from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt
+from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 
@@ -37,6 +38,8 @@ class IngestJobConfig:
     trigger_seconds: float | None = None
     """None: Trigger.AvailableNow (process what is there, then stop)."""
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    broker_outage_budget_s: float = DEFAULT_BROKER_OUTAGE_BUDGET_S
+    """Seconds a broker outage is waited out (planning, and reads without progress)."""
     fail_at: FailAt | None = None
     """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
     dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)

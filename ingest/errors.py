@@ -14,3 +14,12 @@ class SchemaChangeRefused(IngestError):
         super().__init__(f"table {table!r}: {reason}")
         self.table = table
         self.column = column
+
+
+class QueryFailed(IngestError):
+    """The streaming query stopped with an error that is not the job's own (a Spark or Python
+    worker failure); ``kind`` names the error the failure came from, when it can be told."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind

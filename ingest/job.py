@@ -12,20 +12,30 @@ at the offsets in the catalog.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from catalog import Catalog, OutageGuard
+from catalog import Catalog, CatalogError, OutageGuard
 from catalog.logs import get_logger
 from ingest import startpoint
 from ingest.config import IngestJobConfig
+from ingest.errors import IngestError, QueryFailed
 from ingest.failpoints import Failpoint
 from ingest.kafka.offsets import OffsetsJson
-from ingest.kafka.options import Emit, parse_options
+from ingest.kafka.options import (
+    BROKER_OUTAGE_BUDGET_MS,
+    EMIT,
+    LOG_LEVEL,
+    POLL_TIMEOUT_MS,
+    Emit,
+    parse_options,
+)
 from ingest.kafka.source import SOURCE_NAME, register, starting_offsets_now
+from ingest.logs import driver_level
 from ingest.sink.batch import BatchSink, SinkSettings
 
 __all__ = ["IngestJobConfig", "IngestRun", "run_ingest", "source_options"]
@@ -77,10 +87,11 @@ def run_ingest(
     query = _start(config, spark, sink, options)
     try:
         _await(query, stop or threading.Event())
-    except Exception:
-        if sink.failure is not None:  # raised in foreachBatch: report it as it was, not wrapped
-            raise sink.failure from None
-        raise
+    except Exception as exc:
+        failure = sink.failure or exc
+        if isinstance(failure, (IngestError, CatalogError)):  # the job's own: as it was raised
+            raise failure from None
+        raise query_failure(failure) from None
     return IngestRun(sink.batches_committed, incarnation, sink.records_read, start.origin)
 
 
@@ -115,10 +126,15 @@ def _catalog_offsets(config: IngestJobConfig, catalog: Catalog) -> OffsetsJson |
 
 def source_options(config: IngestJobConfig, starting: str) -> dict[str, str]:
     """The ``lakestream-kafka`` options of the job: ranges out, read by the sink's tasks."""
+    budget_ms = round(config.broker_outage_budget_s * 1000)
     options = {
         "kafka.bootstrap.servers": config.bootstrap_servers,
         "startingOffsets": starting,
-        "emit": Emit.RANGES.value,
+        EMIT: Emit.RANGES.value,
+        BROKER_OUTAGE_BUDGET_MS: str(budget_ms),
+        # a read that makes no progress because the brokers are gone fails within the budget too
+        POLL_TIMEOUT_MS: str(max(budget_ms, 1000)),
+        LOG_LEVEL: driver_level(),
     }
     if config.topic_pattern:
         options["subscribePattern"] = config.topic_pattern
@@ -128,6 +144,22 @@ def source_options(config: IngestJobConfig, starting: str) -> dict[str, str]:
         options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
     options.update({f"kafka.{key}": value for key, value in config.kafka_options.items()})
     return options
+
+
+#: The last line of a Python traceback raised by lakestream's code: ``package.module.Class: text``.
+_OWN_ERROR_LINE = re.compile(r"^\s*((?:ingest|catalog|compaction|jobs)\.[\w.]*\.(\w+)): (.+)$")
+
+
+def query_failure(error: BaseException) -> QueryFailed:
+    """A failed query as one line: the error our code raised in a Spark Python worker (the last
+    ``module.Class: message`` of the traceback Spark carried across the JVM), else Spark's own
+    first line - never the Java stack."""
+    text = str(error)
+    own = [m for m in map(_OWN_ERROR_LINE.match, text.splitlines()) if m is not None]
+    if own:
+        return QueryFailed(" ".join(own[-1].group(3).split()), kind=own[-1].group(2))
+    first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+    return QueryFailed(" ".join(first.split())[:500], kind=type(error).__name__)
 
 
 def _start(config: IngestJobConfig, spark: Any, sink: BatchSink, options: dict[str, str]) -> Any:

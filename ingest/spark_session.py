@@ -6,7 +6,13 @@ Local mode needs a few things set before the JVM starts, each learned the hard w
   which lacks pyarrow, and fail with "Python worker failed to connect back";
 * they must be able to import this project's packages (``PYTHONPATH``) when it is used from a
   checkout rather than installed: the Kafka source's classes are unpickled on the workers;
-* everything binds to loopback (``SPARK_LOCAL_IP``), and the UI is off.
+* everything binds to loopback (``SPARK_LOCAL_IP``), and the UI is off;
+* the JVM runs in a session (process group) of its own. systemd and container runtimes stop a
+  service by sending SIGTERM to its whole process group: a JVM in the driver's group would die
+  at once, mid-batch, and take the driver down with a py4j traceback, when the driver wants to
+  stop the query between batches. Out of the group, the JVM still dies with the driver: Spark's
+  gateway exits when its stdin - a pipe from the driver - closes, however the driver ended
+  (even ``kill -9``). It ignores SIGINT as before, so Ctrl-C is the driver's to handle.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 _LOCAL_CONF = {
@@ -38,12 +46,22 @@ def local_spark(app_name: str, extra_conf: dict[str, str] | None = None) -> Spar
     Settings that only a new JVM can take (memory, master) apply only if no session exists yet.
     """
     _prepare_environment()
+    conf = {**_LOCAL_CONF, **(extra_conf or {}), "spark.app.name": app_name}
+    if SparkContext._gateway is None:  # no JVM yet (a stopped context keeps its JVM)
+        _start_context(conf)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in {**_LOCAL_CONF, **(extra_conf or {})}.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _start_context(conf: dict[str, str]) -> SparkContext:
+    """A SparkContext whose JVM is started in a new session (see the module doc)."""
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    return SparkContext(conf=spark_conf, gateway=gateway)
 
 
 def _prepare_environment() -> None:

@@ -27,6 +27,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from catalog import DEFAULT_HASH_BUCKETS
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig
+from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 from jobs.column_types import column_field
@@ -49,6 +50,9 @@ class KafkaSection(Section):
     bootstrap_servers: str
     options: dict[str, SecretStr] = Field(default_factory=dict)
     """librdkafka settings (security.protocol, sasl.*, ssl.*), passed through."""
+    outage_budget: float = Field(default=DEFAULT_BROKER_OUTAGE_BUDGET_S, ge=0)
+    """Seconds a broker outage is waited out while the job runs (one warning per retry) before
+    the job stops (exit code 1); at start-up the brokers must answer within ~10 s."""
 
 
 class SourceSection(Section):
@@ -238,6 +242,7 @@ class IngestSettings(CommandSettings):
             max_offsets_per_trigger=self.source.max_offsets_per_trigger,
             trigger_seconds=trigger_seconds(self.trigger),
             kafka_options={k: v.get_secret_value() for k, v in self.kafka.options.items()},
+            broker_outage_budget_s=self.kafka.outage_budget,
         )
 
 

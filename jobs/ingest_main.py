@@ -1,25 +1,39 @@
-"""Entry point of the ingest job: settings -> catalog, Spark session -> run until done."""
+"""Entry point of the ingest job: settings -> catalog -> brokers -> Spark session -> run until done.
+
+The catalog and the brokers are checked before Spark starts (Spark costs ~6 s and a JVM), so a
+wrong DSN or broker address is one ``ingest_failed`` line within seconds. Whatever stops the
+run - a catalog or broker outage beyond its budget, a failed batch, a Spark failure - ends in
+one ``ingest_failed`` line and exit code 1; SIGTERM stops it between batches with exit code 0.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from catalog import (
     Catalog,
     CatalogError,
     CatalogOutageError,
+    CatalogUnavailableError,
     OutageGuard,
     OutagePolicy,
 )
 from catalog.logs import get_logger
+from catalog.outage import one_line
 from ingest.errors import IngestError
+from ingest.kafka.errors import BrokerUnavailableError
 from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
 from jobs.settings import redact_dsn
 
 #: Spark's loggers of streaming query execution (micro-batches, their failures).
 STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
+#: Seconds the start-up check waits for the catalog database to accept a connection.
+CATALOG_CHECK_TIMEOUT_S = 5
 
 
 def main(config_path: Path) -> int:
@@ -33,22 +47,8 @@ def main(config_path: Path) -> int:
     dsn = settings.catalog.dsn.get_secret_value()
     budget = settings.catalog.outage_budget
     log.info("ingest_config", catalog=redact_dsn(dsn), outage_budget_s=budget, **describe(settings))
-    from ingest.job import run_ingest
-
-    spark = _spark_session(settings)
-    _one_report_of_failures(spark)
-    outage = OutagePolicy(budget=budget)
-    guard = OutageGuard(redact_dsn(dsn), outage)
     try:
-        with Catalog.connect(
-            dsn,
-            warehouse=settings.catalog.warehouse,
-            retry=outage.committer_retry(),
-            schema=settings.catalog.db_schema,
-        ) as catalog:
-            run = run_ingest(settings.job_config(), spark, catalog, guard=guard)
-        log.info("ingest_finished", batches=run.batches_committed)
-        return 0
+        batches = _run(settings)
     except CatalogOutageError as exc:
         log.error(
             "ingest_failed",
@@ -58,11 +58,75 @@ def main(config_path: Path) -> int:
             outage_s=round(exc.outage_s, 1),
         )
         return 1
-    except (CatalogError, IngestError) as exc:
+    except BrokerUnavailableError as exc:
+        log.error(
+            "ingest_failed",
+            error=str(exc),
+            kind=type(exc).__name__,
+            bootstrap_servers=exc.bootstrap_servers,
+            outage_s=round(exc.outage_s, 1),
+        )
+        return 1
+    except IngestError as exc:
+        log.error("ingest_failed", error=str(exc), kind=getattr(exc, "kind", type(exc).__name__))
+        return 1
+    except CatalogError as exc:
         log.error("ingest_failed", error=str(exc), kind=type(exc).__name__)
         return 1
-    finally:
-        spark.stop()
+    log.info("ingest_finished", batches=batches)
+    return 0
+
+
+def _run(settings: IngestSettings) -> int:
+    """Check the catalog and the brokers, then start Spark and run; the batches committed."""
+    from ingest.job import run_ingest
+    from ingest.kafka.brokerview import check_brokers
+
+    dsn = settings.catalog.dsn.get_secret_value()
+    outage = OutagePolicy(budget=settings.catalog.outage_budget)
+    job = settings.job_config()
+    with contextlib.ExitStack() as stack:
+        catalog = stack.enter_context(_open_catalog(settings, outage))
+        check_brokers({**job.kafka_options, "bootstrap.servers": job.bootstrap_servers})
+        spark = _spark_session(settings)
+        stack.callback(spark.stop)
+        _one_report_of_failures(spark)
+        guard = OutageGuard(redact_dsn(dsn), outage)
+        return _spark_failures_as_one_line(lambda: run_ingest(job, spark, catalog, guard=guard))
+
+
+def _open_catalog(settings: IngestSettings, outage: OutagePolicy) -> Catalog:
+    """The catalog, after a quick connect: the pool's own wait for an unreachable database
+    takes its full connect timeout and logs every attempt."""
+    dsn = settings.catalog.dsn.get_secret_value()
+    try:
+        psycopg.connect(dsn, connect_timeout=CATALOG_CHECK_TIMEOUT_S).close()
+    except psycopg.Error as exc:
+        raise CatalogUnavailableError(
+            f"cannot connect to the catalog {redact_dsn(dsn)}: {one_line(exc)}"
+        ) from None
+    return Catalog.connect(
+        dsn,
+        warehouse=settings.catalog.warehouse,
+        retry=outage.committer_retry(),
+        schema=settings.catalog.db_schema,
+    )
+
+
+def _spark_failures_as_one_line(run: Any) -> int:
+    """``run()``'s batches; a failure of Spark itself (the JVM gone, a py4j error) becomes a
+    :class:`QueryFailed`, so that it too ends in one line."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    from ingest.errors import QueryFailed
+
+    try:
+        batches: int = run().batches_committed
+    except (Py4JError, PySparkException) as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        raise QueryFailed(" ".join(first.split())[:500], kind=type(exc).__name__) from None
+    return batches
 
 
 def _one_report_of_failures(spark: Any) -> None:

@@ -7,6 +7,7 @@ says how micro-batches are planned, :mod:`ingest.kafka.options` lists the option
 
 from ingest.kafka.errors import (
     BrokerQueryError,
+    BrokerUnavailableError,
     DataLossError,
     KafkaOptionError,
     KafkaSourceError,
@@ -15,6 +16,7 @@ from ingest.kafka.errors import (
 
 __all__ = [
     "BrokerQueryError",
+    "BrokerUnavailableError",
     "DataLossError",
     "KafkaOptionError",
     "KafkaSourceError",

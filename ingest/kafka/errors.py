@@ -24,7 +24,30 @@ class KafkaOptionError(KafkaSourceError, ValueError):
 
 
 class BrokerQueryError(KafkaSourceError):
-    """The driver could not read metadata or watermarks from the brokers in time."""
+    """The driver could not read metadata or watermarks from the brokers in time.
+
+    ``timed_out``: the brokers gave no answer at all (rather than an error) within the timeout.
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class BrokerUnavailableError(KafkaSourceError):
+    """The brokers could not be reached for longer than the outage budget (or at start-up)."""
+
+    def __init__(
+        self, *, bootstrap_servers: str, outage_s: float, attempts: int, error: str
+    ) -> None:
+        super().__init__(
+            f"kafka brokers {bootstrap_servers} unreachable for {outage_s:.0f}s "
+            f"({attempts} attempts): {error}"
+        )
+        self.bootstrap_servers = bootstrap_servers
+        self.outage_s = outage_s
+        self.attempts = attempts
+        self.error = error
 
 
 class DataLossError(KafkaSourceError):

@@ -26,12 +26,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from ingest.errors import IngestError
+from ingest.logs import kafka_logger
 
 #: Producer settings that keep tansu's high watermark right: one record per record batch.
 #: ``batch.num.messages=1`` makes librdkafka close a batch after each record (a request may
@@ -156,7 +158,9 @@ class LocalBroker:
 
 
 def _answers_metadata(bootstrap_servers: str) -> bool:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "log_level": 0}
+    config["logger"] = kafka_logger()
+    admin = AdminClient(config)
     try:
         admin.list_topics(timeout=1.0)
     except KafkaException:
@@ -181,7 +185,8 @@ def create_topic(
 
     tansu cannot add partitions later (no CreatePartitions), so the count is fixed here.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": kafka_logger()}
+    admin = AdminClient(config)
     futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
     for future in futures.values():
         future.result(timeout)

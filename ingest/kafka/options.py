@@ -3,7 +3,8 @@
 The names follow Spark's built-in Kafka source (``subscribe``, ``subscribePattern``,
 ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``,
 ``kafkaConsumer.pollTimeoutMs`` and ``kafka.*``), so a job can move between the two by changing
-the format name; ``emit`` is lakestream's own (see :class:`Emit`). Spark hands options over
+the format name; ``emit``, ``brokerOutageBudgetMs`` and ``logLevel`` are lakestream's own (see
+:class:`Emit`, :mod:`ingest.kafka.outage` and :mod:`ingest.logs`). Spark hands options over
 case-insensitively with lower-cased keys; unknown options are refused, because a misspelt
 ``startingOffsets`` would otherwise silently read from the default position.
 """
@@ -19,6 +20,7 @@ from typing import Literal
 
 from ingest.kafka.errors import KafkaOptionError
 from ingest.kafka.offsets import EARLIEST, LATEST, PartitionId
+from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 
 SUBSCRIBE = "subscribe"
 SUBSCRIBE_PATTERN = "subscribePattern"
@@ -28,6 +30,8 @@ INCLUDE_HEADERS = "includeHeaders"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 POLL_TIMEOUT_MS = "kafkaConsumer.pollTimeoutMs"
 EMIT = "emit"
+BROKER_OUTAGE_BUDGET_MS = "brokerOutageBudgetMs"
+LOG_LEVEL = "logLevel"
 KAFKA_PREFIX = "kafka."
 
 _OWN_OPTIONS = (
@@ -39,6 +43,8 @@ _OWN_OPTIONS = (
     FAIL_ON_DATA_LOSS,
     POLL_TIMEOUT_MS,
     EMIT,
+    BROKER_OUTAGE_BUDGET_MS,
+    LOG_LEVEL,
 )
 _BY_LOWER = {name.lower(): name for name in _OWN_OPTIONS}
 
@@ -97,6 +103,10 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = _DEFAULT_POLL_TIMEOUT_MS
     emit: Emit = Emit.RECORDS
+    broker_outage_budget_s: float = DEFAULT_BROKER_OUTAGE_BUDGET_S
+    """How long the driver's broker queries wait out a broker outage before the query fails."""
+    log_level: str | None = None
+    """Set: the source process logs lakestream's lines (JSON, this level) on the job's behalf."""
 
     def redacted_kafka_config(self) -> dict[str, str]:
         """The librdkafka settings with secret values masked, for logs and error messages."""
@@ -137,6 +147,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_bool(own, FAIL_ON_DATA_LOSS, default=True),
         poll_timeout_ms=_positive_int(own, POLL_TIMEOUT_MS) or _DEFAULT_POLL_TIMEOUT_MS,
         emit=_emit(own.get(EMIT, Emit.RECORDS.value)),
+        broker_outage_budget_s=_budget_s(own),
+        log_level=_log_level(own.get(LOG_LEVEL)),
     )
 
 
@@ -242,3 +254,25 @@ def _emit(raw: str) -> Emit:
     except ValueError:
         known = ", ".join(e.value for e in Emit)
         raise KafkaOptionError(EMIT, f"expected one of {known}, not {raw!r}") from None
+
+
+def _budget_s(own: Mapping[str, str]) -> float:
+    raw = own.get(BROKER_OUTAGE_BUDGET_MS)
+    if raw is None:
+        return DEFAULT_BROKER_OUTAGE_BUDGET_S
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise KafkaOptionError(BROKER_OUTAGE_BUDGET_MS, f"expected milliseconds >= 0, not {raw!r}")
+    return value / 1000
+
+
+def _log_level(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    level = raw.strip().upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise KafkaOptionError(LOG_LEVEL, f"expected DEBUG, INFO, WARNING or ERROR, not {raw!r}")
+    return level

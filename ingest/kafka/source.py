@@ -17,7 +17,11 @@ How a micro-batch is made:
   as one row naming the range for the sink's own task to read (the records then never cross
   into the JVM and back);
 * offsets live in Spark's checkpoint (and, with each commit, in the catalog); the source never
-  commits consumer-group offsets.
+  commits consumer-group offsets;
+* a broker outage is waited out by the driver's queries within ``brokerOutageBudgetMs`` (one
+  ``kafka_unavailable`` warning per retry, see :mod:`ingest.kafka.outage`), then the query fails
+  with :class:`~ingest.kafka.errors.BrokerUnavailableError`. With ``logLevel`` set, Spark's
+  source process logs lakestream's lines (and librdkafka's, rate limited) at that level.
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ from ingest.kafka.offsets import (
     to_json,
 )
 from ingest.kafka.options import Emit, SourceOptions, parse_options
+from ingest.kafka.outage import BrokerOutagePolicy
 from ingest.kafka.reader import read_range
 from ingest.kafka.schema import arrow_schema, range_batch, source_schema
+from ingest.logs import configure_worker_logging
 
 SOURCE_NAME = "lakestream-kafka"
 
@@ -107,7 +113,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def broker(self) -> BrokerView:
         if self._broker is None:
-            self._broker = BrokerView(self._settings.kafka_config)
+            if self._settings.log_level is not None:  # Spark's source process: log on our behalf
+                configure_worker_logging(self._settings.log_level)
+            self._broker = broker_view(self._settings)
         return self._broker
 
     def initialOffset(self) -> OffsetsJson:
@@ -199,6 +207,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {p: offset for p, offset in current.items() if p not in reset}
 
 
+def broker_view(settings: SourceOptions) -> BrokerView:
+    """The driver's broker queries, waiting out an outage within the source's budget."""
+    policy = BrokerOutagePolicy(budget=settings.broker_outage_budget_s)
+    return BrokerView(settings.kafka_config, policy)
+
+
 def _schema_of(settings: SourceOptions) -> StructType:
     return source_schema(settings.include_headers, ranges=settings.emit is Emit.RANGES)
 
@@ -206,7 +220,7 @@ def _schema_of(settings: SourceOptions) -> StructType:
 def starting_offsets_now(settings: SourceOptions) -> OffsetsJson:
     """``startingOffsets`` resolved to numbers against the brokers, for the partitions that
     exist now (the ingest job saves this before its query starts; see :mod:`ingest.startpoint`)."""
-    broker = BrokerView(settings.kafka_config)
+    broker = broker_view(settings)
     try:
         partitions = broker.partitions(settings.subscription)
         return to_json(resolve_starting(settings, partitions, broker))
