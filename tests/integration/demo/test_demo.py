@@ -109,8 +109,9 @@ def test_ctrl_c_mid_stream_stops_everything_with_exit_code_130(tmp_path):
     home, out = tmp_path / "home", tmp_path / "demo.out"
     proc = demo(home, out, "--duration", "120")
     try:
-        wait_for_output(proc, out, "Workload:", timeout=150)
-        time.sleep(3)  # mid-stream: changes flowing through every part
+        # mid-stream: the snapshot is in the broker, Debezium streams, Spark runs the job
+        wait_for_output(proc, out, "waiting for the ingest job's first batch", timeout=150)
+        time.sleep(3)
         seen = demo_processes(proc.pid, home)
         commands = " ".join(seen.values())
         for part in ("java", "postgres", "tansu", "compactor", "ingest"):
