@@ -437,7 +437,7 @@ TablesPattern = Annotated[
     typer.Option(
         "--tables",
         help="fnmatch patterns on namespace.table, comma separated "
-        "(default: $LAKESTREAM_COMPACTOR_TABLES or '*')",
+        "(default: $LAKESTREAM_COMPACTOR__TABLES or '*')",
     ),
 ]
 
@@ -577,18 +577,22 @@ def ingest(
 
 @app.command("demo")
 def demo(
-    home: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path(".lakestream"),
-    writers: int = 4,
-    batches: int = 25,
-    keep_server: Annotated[bool, typer.Option(help="leave PostgreSQL running")] = False,
+    home: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path(
+        ".lakestream/demo"
+    ),
+    duration: Annotated[float, typer.Option(help="seconds the source workload runs", min=1)] = 60.0,
+    explore: Annotated[
+        bool, typer.Option("--explore", help="start the kept PostgreSQL again, to explore")
+    ] = False,
+    appends: Annotated[
+        bool, typer.Option("--appends", help="the smaller catalog-only walk-through instead")
+    ] = False,
 ) -> None:
-    """Run the quickstart on embedded defaults: local PostgreSQL, concurrent writers, compaction."""
-    from jobs.demo import DemoConfig, run_demo
+    """Run the main job on embedded defaults: PostgreSQL -> Debezium -> broker -> ingest ->
+    compactor, under a live workload; then check the lake against the source (Ctrl-C: 130)."""
+    from jobs.demo import main as demo_main
 
-    configure_logging(_settings().log_level)
-    run_demo(
-        DemoConfig(home=home.resolve(), writers=writers, batches=batches, keep_server=keep_server)
-    )
+    raise typer.Exit(demo_main(home, duration=duration, explore=explore, appends=appends))
 
 
 class _Failed(Exception):

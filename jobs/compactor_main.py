@@ -5,7 +5,7 @@ SIGTERM (or SIGINT) stops the service: the coordinator stops planning, each work
 SIGTERM, stops claiming, lets its running task finish within the grace period or releases it,
 and exits 0; the service then exits 0.
 
-A catalog outage is waited out (``LAKESTREAM_COMPACTOR_OUTAGE_BUDGET``, 5 minutes by default) by
+A catalog outage is waited out (``LAKESTREAM_COMPACTOR__OUTAGE_BUDGET``, 5 minutes by default) by
 every process on its own guard; when one outlasts it, the process logs one ``compactor_failed``
 line naming the catalog (password masked) and the outage's length, and exits 1.
 """

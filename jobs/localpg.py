@@ -143,9 +143,12 @@ class LocalPostgres:
     def _run(self, *argv: str) -> None:
         command = ["runuser", "-u", self.run_as, "--", *argv] if self.run_as else list(argv)
         # Output goes to a file, never a pipe: a server started by pg_ctl inherits the
-        # descriptors and would keep a pipe open forever.
+        # descriptors and would keep a pipe open forever. A session of its own: a Ctrl-C on the
+        # terminal must not shut the server down under its caller, who stops it in order.
         with tempfile.TemporaryFile(mode="w+") as out:
-            result = subprocess.run(command, stdout=out, stderr=out, text=True, check=False)
+            result = subprocess.run(
+                command, stdout=out, stderr=out, text=True, check=False, start_new_session=True
+            )
             if result.returncode == 0:
                 return
             out.seek(0)

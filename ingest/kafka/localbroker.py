@@ -109,8 +109,12 @@ class LocalBroker:
         log_fd, log_name = tempfile.mkstemp(prefix="lakestream-tansu-", suffix=".log")
         # Output goes to a file, never a pipe nobody drains: a full pipe would stall the broker.
         with os.fdopen(log_fd, "wb") as log:
-            process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            process = subprocess.Popen(  # its own session: a terminal's Ctrl-C is for the caller
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         broker = cls(port, process, Path(log_name))
         try:

@@ -1,8 +1,9 @@
-"""``lakestream demo``: the quickstart on embedded defaults.
+"""``lakestream demo --appends``: the catalog alone, with no Spark, broker or Debezium.
 
-Starts a local PostgreSQL (data under ``.lakestream/``), creates an append table, lets several
-writers commit Parquet files concurrently, compacts the small files with the compactor's
-routine, and shows the history and a time-travel read. Nothing outside this directory is touched.
+Starts a local PostgreSQL (data under ``<home>/appends``), creates an append table, lets several
+writers commit Parquet files concurrently (the catalog orders their commits without locks held
+while writing), compacts the small files with the compactor's routine, and shows the history and
+a time-travel read. Nothing outside the home directory is touched and nothing keeps running.
 """
 
 from __future__ import annotations
@@ -34,29 +35,25 @@ SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.f
 
 
 @dataclass(frozen=True)
-class DemoConfig:
+class AppendsConfig:
     home: Path
     writers: int = 4
     batches: int = 25
     rows_per_batch: int = 200
-    keep_server: bool = False
 
 
-def run_demo(config: DemoConfig) -> None:
-    server = LocalPostgres.start(data_dir=_data_dir(config.home))
+def run_appends(config: AppendsConfig) -> None:
+    home = config.home / "appends"
+    server = LocalPostgres.start(data_dir=_data_dir(home))
     try:
         _ensure_database(server)
-        cat = Catalog.connect(server.dsn("lakestream"), warehouse=config.home / "warehouse")
-        with cat:
+        with Catalog.connect(server.dsn("lakestream"), warehouse=home / "warehouse") as cat:
             events = _fresh_table(cat)
             _write_concurrently(events, config)
             _compact(cat, events)
             _show(events)
-        if config.keep_server:
-            print(f"\nPostgreSQL keeps running: LAKESTREAM_CATALOG_DSN={server.dsn('lakestream')}")
     finally:
-        if not config.keep_server:
-            server.stop(remove=False)
+        server.stop(remove=False)
 
 
 def _data_dir(home: Path) -> Path:
@@ -105,7 +102,7 @@ def _write_batch(table: Table, writer: int, batch: int, rows: int) -> None:
     )
 
 
-def _write_concurrently(table: Table, config: DemoConfig) -> None:
+def _write_concurrently(table: Table, config: AppendsConfig) -> None:
     def writer(number: int) -> None:
         for batch in range(config.batches):
             _write_batch(table, number, batch, config.rows_per_batch)
