@@ -30,6 +30,7 @@ from compaction.policy import InvalidPolicyError
 from ingest.errors import IngestError
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
+from jobs.reach import check_catalog_reachable
 from jobs.settings import (
     CommandSettings,
     ConfigError,
@@ -162,6 +163,7 @@ def _open(dsn: str, settings: CommandSettings, *, create: bool = False) -> Catal
 
     Only ``catalog init`` passes ``create``: every other command needs a catalog that exists, so
     it neither creates nor migrates one (it says to run init)."""
+    check_catalog_reachable(dsn)  # at once and in one line, rather than after the pool's wait
     try:
         return Catalog.connect(
             dsn,

@@ -12,28 +12,24 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from catalog import (
     Catalog,
     CatalogError,
     CatalogOutageError,
-    CatalogUnavailableError,
     OutageGuard,
     OutagePolicy,
 )
 from catalog.logs import get_logger
-from catalog.outage import one_line
 from ingest.errors import IngestError
 from ingest.kafka.errors import BrokerUnavailableError
 from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
+from jobs.reach import check_catalog_reachable
 from jobs.settings import redact_dsn
 
 #: Spark's loggers of streaming query execution (micro-batches, their failures).
 STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
 #: Seconds the start-up check waits for the catalog database to accept a connection.
-CATALOG_CHECK_TIMEOUT_S = 5
 
 
 def main(config_path: Path) -> int:
@@ -99,12 +95,7 @@ def _open_catalog(settings: IngestSettings, outage: OutagePolicy) -> Catalog:
     """The catalog, after a quick connect: the pool's own wait for an unreachable database
     takes its full connect timeout and logs every attempt."""
     dsn = settings.catalog.dsn.get_secret_value()
-    try:
-        psycopg.connect(dsn, connect_timeout=CATALOG_CHECK_TIMEOUT_S).close()
-    except psycopg.Error as exc:
-        raise CatalogUnavailableError(
-            f"cannot connect to the catalog {redact_dsn(dsn)}: {one_line(exc)}"
-        ) from None
+    check_catalog_reachable(dsn)
     return Catalog.connect(
         dsn,
         warehouse=settings.catalog.warehouse,
