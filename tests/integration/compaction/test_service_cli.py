@@ -174,5 +174,5 @@ def test_mistakes_are_one_line_and_exit_2(catalog_dsn, warehouse):
         "compactor", "status", dsn="postgresql://u:secret@127.0.0.1:1/db?connect_timeout=1",
         warehouse=warehouse,
     )  # fmt: skip
-    assert nowhere.returncode == 2 and "cannot open catalog" in nowhere.stderr
+    assert nowhere.returncode == 2 and "cannot connect to the catalog" in nowhere.stderr
     assert "secret" not in nowhere.stderr and "Traceback" not in nowhere.stderr
