@@ -22,6 +22,7 @@ from catalog import (
     Table,
     TableCommit,
 )
+from ingest.config import IngestJobConfig
 from ingest.debezium import DecoderConfig
 from ingest.kafka.options import SourceOptions, Subscription
 from ingest.sink.batch import BatchSink, SinkSettings
@@ -46,12 +47,17 @@ def catalogs(catalog_dsn: str, warehouse: Path) -> Iterator[tuple[RacingCatalog,
 
 
 def sink(catalog: Catalog, time: FakeTime, attempts: int) -> BatchSink:
-    settings = SinkSettings(
+    config = IngestJobConfig(
         job="orders-job",
-        incarnation="i1",
+        bootstrap_servers="unused:9092",
+        checkpoint=Path("unused"),
+        dead_letter_table="ops.dead_letters",
         source_format=SourceFormat.JSON,
         decoder=DecoderConfig(),
-        dead_letter_table="ops.dead_letters",
+    )
+    settings = SinkSettings(
+        config=config,
+        incarnation="i1",
         kafka=SourceOptions(kafka_config={}, subscription=Subscription(topics=())),
     )
     return BatchSink(catalog, settings, retry=time.policy(attempts))
