@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pyarrow as pa
 import pytest
 
@@ -16,6 +15,7 @@ from catalog.queries import query
 from compaction.rewrite import compact
 from compaction.task import OutcomeStatus
 from tests.fixtures.compaction import files_on_disk, plan_tasks, rows_at
+from tests.fixtures.postgres import catalog_connection
 from tests.fixtures.racing import FakeTime
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ class TableLock:
     """Another committer holding the table's head lock in an open transaction."""
 
     def __init__(self, dsn: str, table: Table) -> None:
-        self.conn = psycopg.connect(dsn)  # not autocommit: the lock holds until release
+        self.conn = catalog_connection(dsn)  # not autocommit: the lock holds until release
         self.conn.execute(query("lock_tables"), {"table_ids": [table.meta.table_id]})
 
     def release(self) -> None:
