@@ -3,9 +3,10 @@
 How a block runs depends on its fence:
 
 - ```python: executed in ONE namespace shared by every Python block, in README order, by one
-  interpreter of its own (``kernel.py``, like a notebook's kernel) started from the terminal at
-  the first Python block; before each block its working directory and ``os.environ`` are set
-  to what the shell blocks before it left (a user runs ``python`` in the same terminal).
+  interpreter of its own (``tests/fixtures/readme_kernel.py``, like a notebook kernel) started
+  from the terminal at the first Python block; before each block its working directory and
+  ``os.environ`` are set to what the shell blocks before it left (a user runs ``python`` in the
+  same terminal).
 - ```bash / ```sh / ```console: a ``bash`` script with ``set -euo pipefail``. Exported variables
   and the working directory carry over to later blocks, as in one terminal. In ```console
   blocks only lines starting with ``$ `` are commands (with their ``\\`` continuations); the
@@ -47,7 +48,7 @@ import pytest
 
 from ingest.kafka.localbroker import LocalBroker
 from jobs.localpg import LocalPostgres
-from tests.integration.readme.readme_blocks import PYTHON, Block, read_blocks
+from tests.fixtures.readme_blocks import PYTHON, Block, read_blocks
 
 pytestmark = pytest.mark.integration
 
@@ -108,12 +109,13 @@ def fail(block: Block, what: str) -> None:
 
 
 class Kernel:
-    """The README's Python interpreter (see ``kernel.py``), started at its first block."""
+    """The README's Python interpreter (``tests/fixtures/readme_kernel.py``), started at its
+    first block."""
 
     def __init__(self, terminal: Terminal) -> None:
         self.log = terminal.state_dir / "python.log"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.readme.kernel", str(self.log)],
+            [sys.executable, "-m", "tests.fixtures.readme_kernel", str(self.log)],
             cwd=ROOT,
             env=terminal.env,
             stdin=subprocess.PIPE,

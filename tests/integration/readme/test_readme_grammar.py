@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.readme.readme_blocks import ReadmeFormatError, read_blocks
+from tests.fixtures.readme_blocks import ReadmeFormatError, read_blocks
 from tests.integration.readme.test_readme import README, shell_lines
 
 
