@@ -28,7 +28,7 @@ from ingest.kafka.options import SourceOptions, Subscription
 from ingest.sink.batch import BatchSink, SinkSettings
 from ingest.sink.plan import SourceFormat
 from tests.fixtures.commits import adds, file_names
-from tests.fixtures.racing import FakeTime, RacingCatalog
+from tests.fixtures.racing import FakeTime, RacingCatalog, racing_pair
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -36,14 +36,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
 @pytest.fixture
 def catalogs(catalog_dsn: str, warehouse: Path) -> Iterator[tuple[RacingCatalog, Catalog]]:
-    mine = RacingCatalog.connect(catalog_dsn, warehouse=warehouse)
-    rival = Catalog.connect(catalog_dsn, warehouse=warehouse)
-    try:
-        assert isinstance(mine, RacingCatalog)
-        yield mine, rival
-    finally:
-        mine.close()
-        rival.close()
+    with racing_pair(catalog_dsn, warehouse) as pair:
+        yield pair
 
 
 def sink(catalog: Catalog, time: FakeTime, attempts: int) -> BatchSink:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog, CommitConflict, ConflictKind, Table
-from tests.fixtures.racing import FakeTime, RacingCatalog
+from tests.fixtures.racing import FakeTime, RacingCatalog, racing_pair
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
@@ -18,14 +18,8 @@ SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string(
 
 @pytest.fixture
 def catalogs(catalog_dsn: str, warehouse: Path) -> Iterator[tuple[RacingCatalog, Catalog]]:
-    mine = RacingCatalog.connect(catalog_dsn, warehouse=warehouse)
-    rival = Catalog.connect(catalog_dsn, warehouse=warehouse)
-    try:
-        assert isinstance(mine, RacingCatalog)
-        yield mine, rival
-    finally:
-        mine.close()
-        rival.close()
+    with racing_pair(catalog_dsn, warehouse) as pair:
+        yield pair
 
 
 def rows(ids: list[int], v: str) -> pa.Table:

@@ -15,21 +15,9 @@ from catalog import (
     UnavailableKind,
 )
 from catalog.outage import OutageGuard, OutagePolicy
+from tests.fixtures.racing import FakeTime
 
 CATALOG = "postgresql://app:***@db.internal:5432/lake"
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 class Lines:

@@ -19,21 +19,9 @@ from ingest.kafka.options import KafkaOptionError, parse_options
 from ingest.kafka.outage import BrokerGuard, BrokerOutagePolicy, is_unreachable
 from ingest.logs import KAFKA_LOGGER, kafka_logger
 from tests.fixtures.logcapture import capture_events
+from tests.fixtures.racing import FakeTime
 
 UNREACHABLE = KafkaException(KafkaError(KafkaError._TRANSPORT))
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def guard(time: FakeTime, budget: float) -> BrokerGuard:
