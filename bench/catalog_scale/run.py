@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -37,13 +38,14 @@ _DUCKLAKE_DB = "ducklake"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     sizes = _sizes(args)
     quiet_catalog_logging()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="catalog_scale_"))
     try:
         with bench_server(work / "warehouse") as server:
-            env = environment("bench.catalog_scale.run", argv or [], server.pg_version)
+            env = environment("bench.catalog_scale.run", argv, server.pg_version)
             figures = [_run_system(name, server, work, sizes) for name in args.systems]
         text = render(env, load_average(), sizes, figures)
     finally:
