@@ -65,6 +65,8 @@ from catalog.model import (
     FileOp,
     IdempotencyKey,
     PartitionCommit,
+    SourcePoint,
+    SourceWatermark,
     TableCommit,
     TableCommitResult,
 )
@@ -127,6 +129,8 @@ __all__ = [
     "ScanFilter",
     "ScanPlan",
     "SchemaError",
+    "SourcePoint",
+    "SourceWatermark",
     "StatementError",
     "StatementResult",
     "StoreSettings",

@@ -37,6 +37,7 @@ from catalog.model import (
     CommitRequest,
     CommitResult,
     IdempotencyKey,
+    SourceWatermark,
 )
 from catalog.names import TableName, check_identifier, parse_table_name
 from catalog.partitioning import PartitionSpec
@@ -60,6 +61,17 @@ class WriterProgress:
     source_offsets: Any
     updated_at: dt.datetime
     table_ids: list[uuid.UUID]
+    source_watermark: SourceWatermark | None = None
+    """Up to where the writer's last commit made its tables transaction-consistent."""
+    job_state: dict[str, object] | None = None
+    """The writer's own state stored with its last commit (see CommitRequest.job_state)."""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WriterProgress:
+        mark = row.get("source_watermark")
+        return cls(
+            **{**row, "source_watermark": SourceWatermark.model_validate(mark) if mark else None}
+        )
 
 
 @dataclass(frozen=True)
@@ -324,7 +336,7 @@ class Catalog:
 
     def writer_progress(self, writer_id: str) -> WriterProgress | None:
         row = self._store.fetch_one(query("writer_progress"), {"writer_id": writer_id})
-        return WriterProgress(**row) if row else None
+        return WriterProgress.from_row(row) if row else None
 
     def leftovers(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[Leftover]:
         """What crashed or losing writers left behind, older than a grace period.

@@ -41,6 +41,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel
 
 from catalog import conflicts, schemas
 from catalog.errors import (
@@ -542,7 +543,7 @@ class _Publication:
         landing, discarded = plans
         added = [f for p in landing for f in p.commit.added]
         removed = [f for p in landing for f in p.commit.deleted]
-        summary = {
+        summary: dict[str, object] = {
             "partitions": len(landing),
             "discarded_partitions": len(discarded),
             "files_added": len(added),
@@ -552,6 +553,13 @@ class _Publication:
             "bytes_added": sum(f.size_bytes for f in added),
             "base_version": tc.base_version,
         }
+        watermark = self.request.source_watermark
+        if watermark is not None:
+            point = watermark.tables.get(tc.table, watermark.batch)
+            summary["source_watermark"] = {
+                **point.model_dump(mode="json"),
+                "exceptions": list(watermark.exceptions),
+            }
         self.conn.execute(
             query("insert_table_version"),
             {
@@ -601,6 +609,10 @@ class _Publication:
             if self.request.source_offsets is not None
             else None,
             "table_ids": sorted(t.table_id for t in result.tables),
+            "source_watermark": _jsonb_or_none(self.request.source_watermark),
+            "job_state": Jsonb(self.request.job_state)
+            if self.request.job_state is not None
+            else None,
         }
         self.conn.execute(query("insert_commit_key"), params)
         if not self.request.record_progress or (
@@ -609,6 +621,10 @@ class _Publication:
             return  # nobody can ask for the progress of a one-off writer: keep no row for it
         progress = {**params, "writer_id": self.request.progress_key or key.writer_id}
         self.conn.execute(query("upsert_writer_progress"), progress)
+
+
+def _jsonb_or_none(model: BaseModel | None) -> Jsonb | None:
+    return None if model is None else Jsonb(model.model_dump(mode="json"))
 
 
 def _log_conflict(request: CommitRequest, exc: CommitConflict) -> None:

@@ -150,6 +150,37 @@ class IdempotencyKey(_Frozen):
         return self.writer_id.startswith(_ANONYMOUS_PREFIX)
 
 
+class SourcePoint(_Frozen):
+    """A point of a source's log up to which the lake holds every source transaction, whole.
+
+    ``position`` is the 16-byte source position of :data:`SEQUENCE_COLUMN` as hex (so points of
+    one source compare like strings of equal length); ``source_time`` is the source's commit time
+    there; ``transaction`` the id of the last transaction published up to it, if the source names
+    its transactions."""
+
+    position: str = Field(pattern=r"^[0-9a-f]{32}$")
+    source_time: dt.datetime | None = None
+    transaction: str | None = None
+
+
+class SourceWatermark(_Frozen):
+    """How far a commit makes the lake transaction-consistent with its source.
+
+    Written by an ingest job in ``transactions: consistent`` mode: ``batch`` for the commit as a
+    whole, ``tables`` per target table (a table the commit did not touch is consistent up to the
+    batch point too, because nothing of it was held back). ``exceptions`` names the transactions
+    this commit published incomplete (``on_timeout: publish``): the commit is then not a
+    consistent cut, and says so."""
+
+    batch: SourcePoint
+    tables: dict[str, SourcePoint] = Field(default_factory=dict)
+    exceptions: tuple[str, ...] = ()
+
+    @property
+    def consistent(self) -> bool:
+        return not self.exceptions
+
+
 class CommitRequest(_Frozen):
     """Everything one atomic catalog commit carries, over one or several tables."""
 
@@ -165,6 +196,12 @@ class CommitRequest(_Frozen):
     #: compaction task) says no: nobody resumes from it, and a progress row would pin its
     #: idempotency key against snapshot expiry forever.
     record_progress: bool = True
+    #: Up to where the commit makes the tables transaction-consistent with the source; stored
+    #: in each written table's version and in the writer's progress.
+    source_watermark: SourceWatermark | None = None
+    #: A streaming writer's own state (e.g. its transaction bookkeeping), stored with its
+    #: progress in the same transaction, so a restart resumes from the catalog alone.
+    job_state: dict[str, object] | None = None
 
 
 class TableCommitResult(_Frozen):

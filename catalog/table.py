@@ -37,6 +37,7 @@ from catalog.model import (
     CommitResult,
     IdempotencyKey,
     PartitionCommit,
+    SourcePoint,
     TableCommit,
 )
 from catalog.planning import PartitionFilter, ScanPlan, plan_scan
@@ -81,6 +82,21 @@ class VersionInfo:
     @property
     def rows_added(self) -> int:
         return int(self.summary.get("rows_added", 0))
+
+    @property
+    def source_watermark(self) -> SourcePoint | None:
+        """Up to where this version holds the source's transactions whole (ingest jobs in
+        ``transactions: consistent`` mode); ``None`` for any other commit."""
+        mark = self.summary.get("source_watermark")
+        if not mark:
+            return None
+        return SourcePoint.model_validate({k: v for k, v in mark.items() if k != "exceptions"})
+
+    @property
+    def watermark_exceptions(self) -> tuple[str, ...]:
+        """Transactions this version published incomplete (``on_timeout: publish``)."""
+        mark = self.summary.get("source_watermark") or {}
+        return tuple(mark.get("exceptions", ()))
 
 
 class Table:

@@ -118,16 +118,18 @@ VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(committed_at)s, %(result)s
 
 -- name: upsert_writer_progress
 INSERT INTO writer_progress (writer_id, batch_id, commit_id, source_offsets, updated_at,
-                             table_ids)
+                             table_ids, source_watermark, job_state)
 VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(source_offsets)s, %(committed_at)s,
-        %(table_ids)s)
+        %(table_ids)s, %(source_watermark)s, %(job_state)s)
 ON CONFLICT (writer_id) DO UPDATE
 SET batch_id = excluded.batch_id, commit_id = excluded.commit_id,
     source_offsets = excluded.source_offsets, updated_at = excluded.updated_at,
-    table_ids = excluded.table_ids
+    table_ids = excluded.table_ids, source_watermark = excluded.source_watermark,
+    job_state = excluded.job_state
 
 -- name: writer_progress
-SELECT writer_id, batch_id, commit_id, source_offsets, updated_at, table_ids
+SELECT writer_id, batch_id, commit_id, source_offsets, updated_at, table_ids, source_watermark,
+       job_state
 FROM writer_progress
 WHERE writer_id = %(writer_id)s
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, CommitRejected, CommitRequest, IdempotencyKey
+from catalog import (
+    Catalog,
+    CommitRejected,
+    CommitRequest,
+    IdempotencyKey,
+    SourcePoint,
+    SourceWatermark,
+)
 from catalog.schemas import to_base64
 from catalog.writes import stage_append, stage_changes, upserts
 
@@ -57,3 +64,35 @@ def test_progress_is_kept_under_the_job_name_across_key_incarnations(catalog: Ca
     progress = catalog.writer_progress("job")
     assert progress.source_offsets == {"t": {"0": 30}}
     assert table.scan().count() == 3
+
+
+def test_watermark_and_job_state_are_stored_with_the_commit(catalog: Catalog):
+    """What a restarted job resumes from (its state) and what readers ask about (how far the lake
+    is transaction-consistent) land in the same transaction as the data."""
+    orders = catalog.create_table("shop.orders", SCHEMA)
+    audit = catalog.create_table("shop.audit", SCHEMA)
+    data = pa.table({"id": [1], "v": pa.array([1], pa.int32())})
+    batch = SourcePoint(position="00" * 15 + "2a", transaction="tx-42")
+    mark = SourceWatermark(
+        batch=batch, tables={"shop.audit": SourcePoint(position="00" * 15 + "29")}
+    )
+    catalog.commit(
+        CommitRequest(
+            tables=(stage_append(orders.meta, data), stage_append(audit.meta, data)),
+            key=IdempotencyKey(writer_id="job:a", batch_id=0),
+            progress_key="job",
+            source_watermark=mark,
+            job_state={"held": {"transactions": 1}},
+        )
+    )
+    progress = catalog.writer_progress("job")
+    assert progress.source_watermark == mark and progress.job_state == {"held": {"transactions": 1}}
+    assert orders.history()[0].source_watermark == batch
+    assert audit.history()[0].source_watermark == mark.tables["shop.audit"]
+    assert orders.history()[0].watermark_exceptions == ()
+
+
+def test_a_commit_without_a_watermark_shows_none(catalog: Catalog):
+    table = catalog.create_table("logs.events", SCHEMA)
+    table.append(pa.table({"id": [1], "v": pa.array([1], pa.int32())}))
+    assert table.history()[0].source_watermark is None
