@@ -193,6 +193,15 @@ SELECT version, committed_at FROM table_head WHERE table_id = %(table_id)s
 -- name: table_heads
 SELECT table_id, version FROM table_head WHERE table_id = ANY(%(table_ids)s)
 
+-- name: table_watermarks
+-- The history the consistent read point is chosen from (catalog.readpoint), newest first, up to
+-- the heads read just before: later versions do not belong to that instant.
+SELECT v.table_id, v.version, v.commit_op, v.writer_id, v.summary -> 'source_watermark' AS mark
+FROM table_version v
+JOIN unnest(%(table_ids)s::uuid[], %(heads)s::bigint[]) AS h (table_id, version)
+  ON v.table_id = h.table_id AND v.version <= h.version
+ORDER BY v.table_id, v.version DESC
+
 -- name: version_at_time
 SELECT version FROM table_version
 WHERE table_id = %(table_id)s AND committed_at <= %(at)s
