@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from catalog import SourceWatermark, WriterProgress
+from catalog import Catalog, SourceWatermark, WriterProgress
 from ingest.kafka.brokerview import BrokerView, consumer_config
 from ingest.kafka.offsets import PartitionId, from_json
 from ingest.kafka.options import Subscription
@@ -197,3 +197,39 @@ class BrokerProbe:
 
 def _aware(moment: dt.datetime) -> dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+class JobWatch:
+    """A running job's freshness, read on demand (per scrape); :meth:`close` it after use."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        job: str,
+        kafka_config: Mapping[str, str],
+        subscription: Subscription | None = None,
+    ) -> None:
+        self._catalog = catalog
+        self._job = job
+        self._kafka_config = dict(kafka_config)
+        self._subscription = subscription
+        self._probe: BrokerProbe | None = None
+
+    def __call__(self) -> JobFreshness | None:
+        """``None`` while the job has never committed.
+
+        Raises:
+            CatalogUnavailableError: the catalog could not be reached.
+            BrokerUnavailableError: the brokers did not answer within the probe's budget.
+        """
+        progress = self._catalog.writer_progress(self._job)
+        if progress is None:
+            return None
+        self._probe = self._probe or BrokerProbe(self._kafka_config)
+        return freshness(
+            self._job, progress, self._probe.lags(progress.source_offsets, self._subscription)
+        )
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
