@@ -585,7 +585,15 @@ BootstrapOption = Annotated[
 
 @app.command("status")
 def status(
-    job: Annotated[str, typer.Argument(help="the job's name (the 'job' key of its ingest YAML)")],
+    job: Annotated[
+        str | None,
+        typer.Argument(help="the job's name (default with --config: the YAML's 'job')"),
+    ] = None,
+    *,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="the job's ingest YAML: its name, catalog and brokers"),
+    ] = None,
     bootstrap_servers: BootstrapOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
@@ -598,6 +606,16 @@ def status(
     from jobs.status import collect, render, to_json
 
     kafka = {"bootstrap.servers": bootstrap_servers} if bootstrap_servers else None
+    if config is not None:
+        from jobs.ingest_config import IngestSettings
+
+        own = IngestSettings.from_yaml(config)
+        job = job or own.job
+        dsn = dsn or own.catalog.dsn.get_secret_value()
+        options = {k: v.get_secret_value() for k, v in own.kafka.options.items()}
+        kafka = {**options, "bootstrap.servers": bootstrap_servers or own.kafka.bootstrap_servers}
+    if job is None:
+        raise ConfigError("name the job (lakestream status JOB) or give its --config")
     with _connect(dsn) as cat:
         found = collect(cat, job, kafka)
     now = dt.datetime.now(dt.UTC)

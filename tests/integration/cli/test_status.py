@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import yaml
 
 from catalog import Catalog, CommitRequest, IdempotencyKey, SourcePoint, SourceWatermark
 from catalog.writes import stage_append
@@ -103,3 +105,21 @@ def test_status_shows_the_last_batch_watermark_held_and_lag(
     assert "1a2b3c:0 @2026-11-24 09:30:00" in screen
     assert "2 transaction(s), 5 event(s), oldest for 1m3" in screen
     assert f"{topic}-0" in screen and "3 record(s) in all" in screen
+
+
+def test_status_takes_the_job_catalog_and_brokers_from_the_jobs_yaml(
+    catalog: Catalog, catalog_dsn: str, kafka: KafkaTestHelper, tmp_path: Path
+):
+    topic = kafka.topic()
+    kafka.produce(topic, [(b"k", b"v")] * 4, partition=0)
+    commit_batch(catalog, {topic: {"0": 1}})
+    config = {
+        "job": "bank",
+        "catalog": {"dsn": catalog_dsn},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers},
+        "checkpoint": str(tmp_path / "checkpoint"),
+    }
+    (tmp_path / "ingest.yaml").write_text(yaml.safe_dump(config))
+    got = lakestream("status", "--config", str(tmp_path / "ingest.yaml"), "--json", dsn="")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["total_lag"] == 3
