@@ -42,7 +42,7 @@ from catalog.model import (
 from catalog.names import TableName, check_identifier, parse_table_name
 from catalog.partitioning import PartitionSpec
 from catalog.queries import query
-from catalog.readpoint import ReadPoint, consistent_cut, marks_from_rows
+from catalog.readpoint import NoConsistentCutError, ReadPoint, consistent_cut, marks_from_rows
 from catalog.retry import RetryPolicy
 from catalog.store import PgStore, StoreSettings, translate_errors
 from catalog.table import Table
@@ -51,6 +51,8 @@ from catalog.transaction import Transaction
 log = get_logger("lakestream.catalog")
 
 DEFAULT_HASH_BUCKETS = 4
+#: Versions per table read first when choosing a consistent read point.
+_FIRST_HISTORY_PAGE = 64
 WAREHOUSE_PROPERTY = "warehouse"
 
 
@@ -427,16 +429,29 @@ class Catalog:
         heads = {name: by_id[meta.table_id] for name, meta in metas.items()}
         if not consistent:
             return heads
-        history = self._store.fetch_all(
-            query("table_watermarks"),
-            {"table_ids": ids, "heads": [by_id[i] for i in ids]},
-        )
-        by_table: dict[uuid.UUID, list[Mapping[str, Any]]] = {i: [] for i in ids}
-        for row in history:
-            by_table[row["table_id"]].append(row)
-        return consistent_cut(
-            {name: marks_from_rows(by_table[meta.table_id]) for name, meta in metas.items()}
-        )
+        return self._consistent_cut(metas, [by_id[m.table_id] for m in metas.values()])
+
+    def _consistent_cut(self, metas: Mapping[str, TableMeta], heads: list[int]) -> ReadPoint:
+        """The cut from the tables' newest versions, reading further back only when they do
+        not settle it (the cut is nearly always at or next to the heads)."""
+        ids = [m.table_id for m in metas.values()]
+        limit = _FIRST_HISTORY_PAGE
+        while True:
+            rows = self._store.fetch_all(
+                query("table_watermarks"), {"table_ids": ids, "heads": heads, "limit": limit}
+            )
+            by_table: dict[uuid.UUID, list[Mapping[str, Any]]] = {i: [] for i in ids}
+            for row in rows:
+                by_table[row["table_id"]].append(row)
+            try:
+                return consistent_cut(
+                    {name: marks_from_rows(by_table[m.table_id]) for name, m in metas.items()}
+                )
+            except NoConsistentCutError:
+                # an older version may settle it, unless every history was read whole
+                if all(len(found) < limit for found in by_table.values()):
+                    raise
+            limit *= 4
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -110,3 +110,13 @@ def test_tables_of_two_jobs_meet_at_the_slower_jobs_point(catalog: Catalog):
     cut = catalog.read_point(["bank.debits", "bank.credits"], consistent=True)
     assert cut.versions == {"bank.debits": 1, "bank.credits": 1}
     assert cut.watermark == at(10)
+
+
+def test_a_point_far_back_in_a_long_history_is_found(catalog: Catalog):
+    """The first read covers a table's newest 64 versions; the cut may lie further back."""
+    debits = catalog.create_table("bank.debits", SCHEMA)
+    commit(catalog, 0, {debits: [10]}, 1)
+    for _ in range(70):  # batch writes: no watermark, so no consistent point
+        debits.append(pa.table({"amount": [1]}, schema=SCHEMA))
+    cut = catalog.read_point(["bank.debits"], consistent=True)
+    assert cut.versions == {"bank.debits": 1} and cut.watermark == at(1)
