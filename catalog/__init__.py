@@ -73,6 +73,7 @@ from catalog.model import (
 from catalog.outage import OutageGuard, OutagePolicy, OutageStats, one_line
 from catalog.planning import PartitionScan, ScanPlan
 from catalog.queries import NamedQueries
+from catalog.readpoint import NoConsistentCutError, ReadPoint
 from catalog.retry import RetryPolicy, lost_to_concurrent_write
 from catalog.scan import Scan, ScanFilter, partition_filter
 from catalog.schemas import from_base64 as schema_from_base64
@@ -118,12 +119,14 @@ __all__ = [
     "MaintenanceConfigError",
     "NamedQueries",
     "NamespaceNotEmptyError",
+    "NoConsistentCutError",
     "OutageGuard",
     "OutagePolicy",
     "OutageStats",
     "PartitionCommit",
     "PartitionScan",
     "PgStore",
+    "ReadPoint",
     "RetryPolicy",
     "Scan",
     "ScanFilter",

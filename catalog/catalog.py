@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 from psycopg import errors as pg_errors
@@ -42,6 +42,7 @@ from catalog.model import (
 from catalog.names import TableName, check_identifier, parse_table_name
 from catalog.partitioning import PartitionSpec
 from catalog.queries import query
+from catalog.readpoint import NoConsistentCutError, ReadPoint, consistent_cut, marks_from_rows
 from catalog.retry import RetryPolicy
 from catalog.store import PgStore, StoreSettings, translate_errors
 from catalog.table import Table
@@ -50,6 +51,8 @@ from catalog.transaction import Transaction
 log = get_logger("lakestream.catalog")
 
 DEFAULT_HASH_BUCKETS = 4
+#: Versions per table read first when choosing a consistent read point.
+_FIRST_HISTORY_PAGE = 64
 WAREHOUSE_PROPERTY = "warehouse"
 
 
@@ -390,14 +393,65 @@ class Catalog:
         rows = self._store.fetch_all(query("live_table_names"), {"table_ids": list(table_ids)})
         return {r["table_id"]: f"{r['namespace']}.{r['name']}" for r in rows}
 
-    def read_point(self, tables: Iterable[str]) -> dict[str, int]:
-        """The latest versions of several tables, read at one instant (a consistent cut)."""
+    @overload
+    def read_point(
+        self, tables: Iterable[str], consistent: Literal[False] = False
+    ) -> dict[str, int]: ...
+
+    @overload
+    def read_point(self, tables: Iterable[str], consistent: Literal[True]) -> ReadPoint: ...
+
+    def read_point(
+        self, tables: Iterable[str], consistent: bool = False
+    ) -> dict[str, int] | ReadPoint:
+        """The latest versions of several tables, read at one instant (a consistent cut of the
+        catalog); with ``consistent=True`` the newest cut at which they also hold whole source
+        transactions, with its source watermark.
+
+        One job's batch commits are atomic over its tables and publish a prefix of the source's
+        transactions, so its tables' latest versions read at one instant are that cut - unless
+        a version went out with exceptions (``on_timeout: publish``): such a version holds part
+        of a transaction, so the cut steps back below it, for every table of the job. Tables fed
+        by several jobs get, each, the newest version at or below the smallest of the jobs'
+        latest points: whole transactions only at the jobs' batch boundaries (see
+        :mod:`catalog.readpoint`).
+
+        Raises:
+            TableNotFoundError: a table does not exist.
+            NoConsistentCutError: ``consistent=True`` and a table has no source watermark (it
+                was written in ``eventual`` mode or by batch writes), or none old enough.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
         metas = {name: self.load_table(name).meta for name in tables}
-        rows = self._store.fetch_all(
-            query("table_heads"), {"table_ids": [m.table_id for m in metas.values()]}
-        )
+        ids = [m.table_id for m in metas.values()]
+        rows = self._store.fetch_all(query("table_heads"), {"table_ids": ids})
         by_id = {r["table_id"]: r["version"] for r in rows}
-        return {name: by_id[meta.table_id] for name, meta in metas.items()}
+        heads = {name: by_id[meta.table_id] for name, meta in metas.items()}
+        if not consistent:
+            return heads
+        return self._consistent_cut(metas, [by_id[m.table_id] for m in metas.values()])
+
+    def _consistent_cut(self, metas: Mapping[str, TableMeta], heads: list[int]) -> ReadPoint:
+        """The cut from the tables' newest versions, reading further back only when they do
+        not settle it (the cut is nearly always at or next to the heads)."""
+        ids = [m.table_id for m in metas.values()]
+        limit = _FIRST_HISTORY_PAGE
+        while True:
+            rows = self._store.fetch_all(
+                query("table_watermarks"), {"table_ids": ids, "heads": heads, "limit": limit}
+            )
+            by_table: dict[uuid.UUID, list[Mapping[str, Any]]] = {i: [] for i in ids}
+            for row in rows:
+                by_table[row["table_id"]].append(row)
+            try:
+                return consistent_cut(
+                    {name: marks_from_rows(by_table[m.table_id]) for name, m in metas.items()}
+                )
+            except NoConsistentCutError:
+                # an older version may settle it, unless every history was read whole
+                if all(len(found) < limit for found in by_table.values()):
+                    raise
+            limit *= 4
 
     # -- internals ---------------------------------------------------------------------------
 

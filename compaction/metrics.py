@@ -1,5 +1,4 @@
-"""The compactor's Prometheus metrics, and the small HTTP server for ``/metrics`` and
-``/healthz``.
+"""The compactor's Prometheus metrics and its health (``jobs.httpserve`` serves both).
 
 Task figures come from the queue, not from the worker processes: every round the coordinator
 reads the tasks finished since the last one (by its pool or by ``lakestream compactor worker``
@@ -14,15 +13,11 @@ retries by kind.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -193,55 +188,3 @@ class _CatalogCollector(Collector):
 class Health:
     ok: bool
     detail: Mapping[str, Any]
-
-
-class MetricsServer:
-    """``GET /metrics`` (Prometheus text format) and ``GET /healthz`` (200 or 503, JSON)."""
-
-    def __init__(
-        self, metrics: ServiceMetrics, health: Callable[[], Health], host: str, port: int
-    ) -> None:
-        handler = _handler(metrics, health)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def _handler(metrics: ServiceMetrics, health: Callable[[], Health]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, metrics.exposition())
-            elif path == "/healthz":
-                state = health()
-                body = json.dumps({"status": "ok" if state.ok else "unhealthy", **state.detail})
-                self._send(200 if state.ok else 503, "application/json", body.encode())
-            else:
-                self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Scrapes are not worth a log line each."""
-
-    return Handler

@@ -15,6 +15,7 @@ import json
 import re
 import signal
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -58,10 +59,13 @@ def run_ingest(
     catalog: Catalog,
     stop: threading.Event | None = None,
     guard: OutageGuard | None = None,
+    *,
+    observer: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> IngestRun:
     """Run the query until AvailableNow is done, ``stop`` is set, or SIGTERM arrives.
 
-    ``guard`` waits out catalog outages in the batches (default: fail at the first one).
+    ``guard`` waits out catalog outages in the batches (default: fail at the first one);
+    ``observer`` is told each committed batch's figures (the job's metrics).
     """
     state = startpoint.read_state(config.checkpoint)
     incarnation = startpoint.incarnation(config.checkpoint, state)
@@ -74,7 +78,9 @@ def run_ingest(
     startpoint.save(config.checkpoint, start, config.starting_offsets)
     starting = config.starting_offsets if start.offsets is None else json.dumps(start.offsets)
     options = source_options(config, starting)
-    sink = BatchSink(catalog, _sink_settings(config, incarnation, options), guard)
+    sink = BatchSink(
+        catalog, _sink_settings(config, incarnation, options), guard, observer=observer
+    )
     log.info(
         "ingest_started",
         job=config.job,

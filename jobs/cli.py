@@ -38,6 +38,7 @@ from jobs.settings import (
     describe_errors,
     redact_dsn,
 )
+from jobs.status import watermark_text
 from jobs.table_compact import UsageError as CompactUsageError
 from jobs.table_dml import DmlUsageError
 from jobs.table_maintenance import UsageError as MaintenanceUsageError
@@ -223,7 +224,9 @@ def tables_history(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Versions of a table, newest first: op, time, writer/batch, files and rows."""
+    """Versions of a table, newest first: op, time, files and rows, source watermark (ingest
+    jobs in transactions: consistent mode; 'exceptions' marks a version that published a
+    transaction incomplete), writer/batch."""
     with _connect(dsn) as cat:
         handle = cat.load_table(table)
         versions = handle.history(limit=limit)
@@ -238,6 +241,8 @@ def tables_history(
             "batch": v.batch_id,
             **v.summary,
             "rows_added_unit": unit,
+            "source_watermark": v.summary.get("source_watermark"),
+            "watermark": watermark_text(v.source_watermark, v.watermark_exceptions),
         }
         for v in versions
     ]
@@ -246,13 +251,13 @@ def tables_history(
         return
     typer.echo(
         f"{'version':>8} {'op':<10} {'committed_at':<32} {'files+':>6} {'files-':>6} "
-        f"{unit + '+':>10}  writer/batch"
+        f"{unit + '+':>10}  {'source watermark':<34}  writer/batch"
     )
     for r in rows:
         typer.echo(
             f"{r['version']:>8} {r['op']:<10} {r['committed_at']:<32} "
             f"{r.get('files_added', 0):>6} {r.get('files_removed', 0):>6} "
-            f"{r.get('rows_added', 0):>10}  {r['writer']}/{r['batch']}"
+            f"{r.get('rows_added', 0):>10}  {r['watermark']:<34}  {r['writer']}/{r['batch']}"
         )
 
 
@@ -565,6 +570,60 @@ def _compactor_settings(
         settings = CompactorSettings(catalog=catalog, **given)
     configure_logging(settings.log_level)
     return settings, _dsn(settings)
+
+
+BootstrapOption = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap-servers",
+        envvar="LAKESTREAM_INGEST__KAFKA__BOOTSTRAP_SERVERS",
+        help="the job's Kafka brokers, to show the lag per partition "
+        "(default: $LAKESTREAM_INGEST__KAFKA__BOOTSTRAP_SERVERS; none: no lag)",
+    ),
+]
+
+
+@app.command("status")
+def status(
+    job: Annotated[
+        str | None,
+        typer.Argument(help="the job's name (default with --config: the YAML's 'job')"),
+    ] = None,
+    *,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="the job's ingest YAML: its name, catalog and brokers"),
+    ] = None,
+    bootstrap_servers: BootstrapOption = None,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A job's freshness: last batch and when, source watermark and its age, held
+    transactions, and the lag per topic-partition (offsets and seconds) from the brokers."""
+    import datetime as dt
+
+    from jobs.status import collect, render, to_json
+
+    kafka = {"bootstrap.servers": bootstrap_servers} if bootstrap_servers else None
+    if config is not None:
+        from jobs.ingest_config import IngestSettings
+
+        own = IngestSettings.from_yaml(config)
+        job = job or own.job
+        dsn = dsn or own.catalog.dsn.get_secret_value()
+        options = {k: v.get_secret_value() for k, v in own.kafka.options.items()}
+        kafka = {**options, "bootstrap.servers": bootstrap_servers or own.kafka.bootstrap_servers}
+    if job is None:
+        raise ConfigError("name the job (lakestream status JOB) or give its --config")
+    with _connect(dsn) as cat:
+        found = collect(cat, job, kafka)
+    now = dt.datetime.now(dt.UTC)
+    if as_json:
+        typer.echo(json.dumps(to_json(found, now), indent=2))
+        return
+    for line in render(found, now, brokers=kafka is not None):
+        typer.echo(line)
 
 
 @app.command("ingest")

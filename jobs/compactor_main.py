@@ -27,11 +27,12 @@ from compaction.coordinator import Coordinator
 from compaction.errors import CompactionError
 from compaction.listener import CommitListener
 from compaction.maintenance import MaintenanceScheduler
-from compaction.metrics import MetricsServer, ServiceMetrics
+from compaction.metrics import ServiceMetrics
 from compaction.queue import TASK_CHANNEL, TaskQueue
 from compaction.service import CoordinatorLoop
 from compaction.worker import Worker, default_worker_id
 from jobs.compactor_settings import CompactorSettings
+from jobs.httpserve import MetricsServer
 from jobs.logs import configure_logging
 from jobs.settings import redact_dsn
 
@@ -280,7 +281,7 @@ def _metrics_server(settings: CompactorSettings, loop: CoordinatorLoop) -> Metri
         return None
     try:
         server = MetricsServer(
-            loop.metrics, loop.health, settings.metrics_host, settings.metrics_port
+            loop.metrics.exposition, loop.health, settings.metrics_host, settings.metrics_port
         )
     except OSError as exc:
         raise CompactionError(

@@ -131,6 +131,16 @@ class SparkSection(Section):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class MetricsSection(Section):
+    """``/metrics`` and ``/healthz`` of the running job (see :mod:`ingest.metrics`)."""
+
+    port: int = Field(default=0, ge=0, le=65535)
+    """0: no HTTP server (the default, as the compactor's)."""
+    host: str = "0.0.0.0"
+    stale_after_s: float = Field(default=300.0, gt=0)
+    """/healthz is 503 when no batch committed for this long while records wait."""
+
+
 class IngestSettings(CommandSettings):
     """``lakestream ingest``: the YAML file's keys, each also an environment variable."""
 
@@ -148,6 +158,7 @@ class IngestSettings(CommandSettings):
     """``available_now`` (drain and stop) or an interval such as ``10 seconds``."""
     checkpoint: Path
     spark: SparkSection = Field(default_factory=SparkSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
 
     @field_validator("job")
     @classmethod
@@ -263,4 +274,5 @@ def describe(settings: IngestSettings) -> dict[str, Any]:
         "kafka_options": sorted(settings.kafka.options),
         "declared_tables": sorted(settings.tables.declare),
         "dead_letters": settings.dead_letters.model_dump(),
+        "metrics_port": settings.metrics.port or None,
     }

@@ -21,11 +21,15 @@ from catalog import (
 )
 from catalog.logs import get_logger
 from ingest.errors import IngestError
+from ingest.freshness import JobWatch
 from ingest.kafka.errors import BrokerUnavailableError
+from ingest.kafka.options import Subscription
+from ingest.metrics import IngestMetrics
+from jobs.httpserve import MetricsServer
 from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
 from jobs.reach import check_catalog_reachable
-from jobs.settings import redact_dsn
+from jobs.settings import ConfigError, redact_dsn
 
 #: Spark's loggers of streaming query execution (micro-batches, their failures).
 STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
@@ -84,11 +88,50 @@ def _run(settings: IngestSettings) -> int:
     with contextlib.ExitStack() as stack:
         catalog = stack.enter_context(_open_catalog(settings, outage))
         check_brokers({**job.kafka_options, "bootstrap.servers": job.bootstrap_servers})
+        metrics = _serve_metrics(settings, catalog, stack)
         spark = _spark_session(settings)
         stack.callback(spark.stop)
         _one_report_of_failures(spark)
         guard = OutageGuard(redact_dsn(dsn), outage)
-        return _spark_failures_as_one_line(lambda: run_ingest(job, spark, catalog, guard=guard))
+        observer = metrics.observe_batch if metrics else None
+        try:
+            return _spark_failures_as_one_line(
+                lambda: run_ingest(job, spark, catalog, guard=guard, observer=observer)
+            )
+        except Exception as exc:
+            if metrics is not None:
+                metrics.failed(str(exc))
+            raise
+
+
+def _serve_metrics(
+    settings: IngestSettings, catalog: Catalog, stack: contextlib.ExitStack
+) -> IngestMetrics | None:
+    """``/metrics`` and ``/healthz`` on ``metrics.port`` (0: none), closed with the stack.
+
+    Raises:
+        ConfigError: the port cannot be bound (in use, or not allowed).
+    """
+    section = settings.metrics
+    if not section.port:
+        return None
+    job = settings.job_config()
+    watch = JobWatch(
+        catalog,
+        job.job,
+        {**job.kafka_options, "bootstrap.servers": job.bootstrap_servers},
+        Subscription(topics=job.topics, pattern=job.topic_pattern),
+    )
+    stack.callback(watch.close)
+    metrics = IngestMetrics(job.job, watch, stale_after_s=section.stale_after_s)
+    try:
+        server = MetricsServer(metrics.exposition, metrics.health, section.host, section.port)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {section.host}:{section.port}: {exc}") from exc
+    stack.callback(server.close)
+    server.start()
+    get_logger("lakestream.ingest").info("metrics_serving", host=section.host, port=server.port)
+    return metrics
 
 
 def _open_catalog(settings: IngestSettings, outage: OutagePolicy) -> Catalog:

@@ -193,6 +193,21 @@ SELECT version, committed_at FROM table_head WHERE table_id = %(table_id)s
 -- name: table_heads
 SELECT table_id, version FROM table_head WHERE table_id = ANY(%(table_ids)s)
 
+-- name: table_watermarks
+-- The history the consistent read point is chosen from (catalog.readpoint): per table its newest
+-- %(limit)s versions up to the head read just before (later ones do not belong to that
+-- instant), newest first. One backward probe of the primary key per table.
+SELECT h.table_id, v.version, v.commit_op, v.writer_id, v.mark
+FROM unnest(%(table_ids)s::uuid[], %(heads)s::bigint[]) AS h (table_id, head)
+CROSS JOIN LATERAL (
+    SELECT t.version, t.commit_op, t.writer_id, t.summary -> 'source_watermark' AS mark
+    FROM table_version t
+    WHERE t.table_id = h.table_id AND t.version <= h.head
+    ORDER BY t.version DESC
+    LIMIT %(limit)s
+) AS v
+ORDER BY h.table_id, v.version DESC
+
 -- name: version_at_time
 SELECT version FROM table_version
 WHERE table_id = %(table_id)s AND committed_at <= %(at)s

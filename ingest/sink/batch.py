@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -112,8 +112,11 @@ class BatchSink:
         guard: OutageGuard | None = None,
         *,
         retry: RetryPolicy = REBASE_RETRY,
+        observer: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.catalog = catalog
+        #: Told each committed batch's figures (the job's metrics); must not raise.
+        self.observer = observer
         self.settings = settings
         self.retry = retry
         """Bounds the rebases of a commit that lost to a concurrent write."""
@@ -405,8 +408,7 @@ class BatchSink:
         write_s, commit_s = seconds
         counts = total_counts(reports)
         files = sum(len(r.files) for r in reports)
-        bound.info(
-            "batch_committed",
+        figures = dict(
             records=sum(r.records for r in reports),
             tables={
                 t: {
@@ -432,6 +434,9 @@ class BatchSink:
             attempts=result.attempts,
             lag_ms=_lag_ms(reports),
         )
+        bound.info("batch_committed", **figures)
+        if self.observer is not None:
+            self.observer(figures)
 
 
 def _lag_ms(reports: Sequence[TaskReport]) -> int | None:
