@@ -292,7 +292,7 @@ def tables_compact(
 
 
 @app.command("compact")
-def compact_backlog(
+def compact_command(
     tables: Annotated[
         list[str] | None, typer.Argument(help="tables to compact (namespace.table)")
     ] = None,

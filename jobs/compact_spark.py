@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from catalog import Catalog
 from catalog.store import StoreSettings
-from compaction.task import CompactionTask
+from compaction.task import CompactionOutcome, CompactionTask, OutcomeStatus
 from ingest.logs import configure_worker_logging
 from jobs.table_compact import Engine, TaskResult, describe_failure, run_task
 
@@ -89,19 +89,63 @@ def spark_session(master: str, app_name: str = "lakestream-compact") -> SparkSes
 
 
 def spark_engine(
-    spark: SparkSession, target: ExecutorCatalog, *, spark_tasks: int | None = None
+    spark: SparkSession,
+    target: ExecutorCatalog,
+    catalog: Catalog,
+    *,
+    spark_tasks: int | None = None,
 ) -> Engine:
-    """Runs tasks on ``spark``'s executors, one group of tasks per Spark task."""
+    """Runs tasks on ``spark``'s executors, one group of tasks per Spark task. ``catalog`` is
+    the driver's: it tells what landed when the Spark job fails as a whole."""
 
     def run(tasks: Sequence[CompactionTask]) -> list[TaskResult]:
         sc = spark.sparkContext
         groups = group_tasks(tasks, spark_tasks or GROUPS_PER_CORE * sc.defaultParallelism)
         sc.setJobDescription(f"lakestream compact: {len(tasks)} task(s) in {len(groups)} group(s)")
         work = sc.parallelize(groups, len(groups)).mapPartitions(partial(run_groups, target))
-        results: list[TaskResult] = work.collect()
+        try:
+            results: list[TaskResult] = work.collect()
+        except Exception as exc:  # the job failed past Spark's retries: every report is lost
+            reason = f"the Spark job failed: {_first_line(exc, target.secrets())}"
+            return [resolve_lost(catalog, task, reason) for task in tasks]
         return results
 
     return run
+
+
+def resolve_lost(catalog: Catalog, task: CompactionTask, reason: str) -> TaskResult:
+    """A task whose report died with its Spark job: by its commit key, it landed (then its
+    version is known; its outputs' figures are not) or it is failed with ``reason``."""
+    key = task.key()
+    found = catalog.resolve_commit(key.writer_id, key.batch_id)
+    mine = (
+        None
+        if found is None
+        else next((t for t in found.tables if t.table_id == task.table_id), None)
+    )
+    if mine is None:
+        return TaskResult(task, None, reason)
+    landed = CompactionOutcome(
+        task=task,
+        status=OutcomeStatus.DISCARDED if mine.discarded else OutcomeStatus.ALREADY_DONE,
+        version=None if mine.discarded else mine.version,
+        outputs=(),
+        rows_in=task.input_rows,
+        rows_out=0,
+        bytes_in=task.input_bytes,
+        bytes_out=0,
+        duration_s=0.0,
+        detail="landed before the Spark job failed; its figures were lost with the job",
+    )
+    return TaskResult(task, landed)
+
+
+def _first_line(exc: BaseException, secrets: Sequence[str]) -> str:
+    """Spark's job failure is a page of JVM stack; its first line says what happened."""
+    line = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    for secret in secrets:
+        line = line.replace(secret, "***")
+    return line[:300]
 
 
 def group_tasks(tasks: Sequence[CompactionTask], groups: int) -> list[list[CompactionTask]]:

@@ -263,7 +263,9 @@ def run_compact(
 
     def on_spark(tasks: Sequence[CompactionTask]) -> list[TaskResult]:
         session.append(compact_spark.spark_session(settings.master))
-        run = compact_spark.spark_engine(session[0], target, spark_tasks=settings.spark_tasks)
+        run = compact_spark.spark_engine(
+            session[0], target, catalog, spark_tasks=settings.spark_tasks
+        )
         return run(tasks)
 
     try:

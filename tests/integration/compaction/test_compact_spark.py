@@ -5,20 +5,27 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
 import pytest
+from psycopg import sql
 from pyspark.sql import SparkSession
 
 from catalog import DEFAULT_SCHEMA, Catalog, CommitOp, Table
 from compaction.task import COMPACTOR_WRITER_PREFIX
 from jobs.compact_spark import ExecutorCatalog, spark_engine
-from jobs.table_compact import compact_backlog, plan_compaction
+from jobs.table_compact import TaskResult, compact_backlog, plan_compaction
 from tests.fixtures.cli import lakestream
 from tests.fixtures.compaction import files_on_disk, rows_at
+from tests.fixtures.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -62,7 +69,7 @@ def test_a_backlog_compacted_on_spark_reads_the_same_with_fewer_files(
     events, orders = events_table(catalog), orders_table(catalog)
     before = {t.name: (rows_at(t), t.current_version()) for t in (events, orders)}
 
-    run = spark_engine(spark, executors(catalog_dsn, warehouse))
+    run = spark_engine(spark, executors(catalog_dsn, warehouse), catalog)
     report = compact_backlog(catalog, [events.name, orders.name], run, engine_name="spark")
 
     assert report.failed == 0
@@ -92,7 +99,7 @@ def test_an_append_that_lands_during_the_job_is_kept(
     events.append(pa.table({"id": pa.array([999], pa.int64()), "region": ["eu"]}))  # mid-job
     expected = rows_at(events)
 
-    results = spark_engine(spark, executors(catalog_dsn, warehouse))(plan.tasks)
+    results = spark_engine(spark, executors(catalog_dsn, warehouse), catalog)(plan.tasks)
 
     assert {r.status for r in results} == {"committed"}
     assert rows_at(events) == expected
@@ -108,7 +115,7 @@ def test_a_task_run_again_by_spark_commits_once(
     both carry the task's commit key, so only one run lands and the others write nothing."""
     events = events_table(catalog)
     [task, *_] = plan_compaction(catalog, events.name).tasks
-    run = spark_engine(spark, executors(catalog_dsn, warehouse), spark_tasks=2)
+    run = spark_engine(spark, executors(catalog_dsn, warehouse), catalog, spark_tasks=2)
 
     side_by_side = run([task, task])  # two attempts at once, in two Spark tasks
     assert sorted(r.status for r in side_by_side) == ["already-done", "committed"]
@@ -124,6 +131,92 @@ def test_a_task_run_again_by_spark_commits_once(
     assert disk == inputs | live  # the losing attempt left no file behind
     history = [v for v in events.history(limit=50) if v.op is CommitOp.COMPACTION]
     assert len(history) == 1
+
+
+def test_a_worker_killed_mid_task_then_the_job_run_again_commits_each_task_once(
+    catalog: Catalog, catalog_dsn: str, warehouse: Path, spark: SparkSession
+):
+    """The task of logs.other writes its output, then waits for the table's head lock, which
+    the test holds, until its Python worker is killed. Local mode does not retry, so the job
+    fails, and the driver learns from the commit keys which tasks landed. Run again, as
+    Spark's retry of every task would be, each task lands exactly once."""
+    events = events_table(catalog)
+    other = catalog.create_table("logs.other", EVENTS)
+    for i in range(6):
+        other.append(pa.table({"id": pa.array([i], pa.int64()), "region": ["eu"]}))
+    expected = {t.name: rows_at(t) for t in (events, other)}
+    tasks = [t for name in (events.name, other.name) for t in plan_compaction(catalog, name).tasks]
+    run = spark_engine(spark, executors(catalog_dsn, warehouse), catalog, spark_tasks=4)
+    job: list[list[TaskResult]] = []
+    with head_locked(catalog_dsn, other):
+        thread = threading.Thread(target=lambda: job.append(run(tasks)))
+        thread.start()
+        wait_for(lambda: len(compactions(events)) == 3, "the events tasks landed")
+        wait_for(lambda: len(files_on_disk(other)) > 6, "the other task wrote its output")
+        kill_python_workers()
+        thread.join(timeout=120)
+
+    [first] = job
+    status = {r.task.table: r.status for r in first if r.task.table == other.name}
+    assert status == {other.name: "failed"}
+    [lost] = [r for r in first if r.task.table == other.name]
+    assert lost.error.startswith("the Spark job failed: ")
+    assert {r.status for r in first if r.task.table == events.name} == {"already-done"}
+    assert compactions(other) == []
+
+    again = run(tasks)  # the retry of every task, landed ones included
+
+    assert sorted(r.status for r in again) == ["already-done"] * 3 + ["committed"]
+    assert (len(compactions(events)), len(compactions(other))) == (3, 1)
+    assert {t.name: rows_at(t) for t in (events, other)} == expected
+
+
+@contextmanager
+def head_locked(dsn: str, table: Table) -> Iterator[None]:
+    """Hold the table's head row lock, as a long commit would: its committers wait."""
+    lock = sql.SQL("SELECT 1 FROM {}.table_head WHERE table_id = %s FOR UPDATE").format(
+        sql.Identifier(DEFAULT_SCHEMA)
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(lock, (table.meta.table_id,))
+        yield
+
+
+def compactions(table: Table) -> list[int]:
+    return [v.version for v in table.history(limit=100) if v.op is CommitOp.COMPACTION]
+
+
+DAEMON = "pyspark.daemon"
+
+
+def kill_python_workers() -> None:
+    """SIGKILL the Python workers of this test process's Spark: the processes forked by the
+    ``pyspark.daemon`` its JVM started (never another process's Spark, nor the daemon)."""
+    procs = _processes()
+    jvms = {pid for pid, (ppid, _) in procs.items() if ppid == os.getpid()}
+    daemons = {
+        pid for pid, (ppid, cmd) in procs.items() if ppid in jvms and "pyspark.daemon" in cmd
+    }
+    workers = [pid for pid, (ppid, _) in procs.items() if ppid in daemons]
+    assert workers, "no Python worker to kill"
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process still there."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        found[int(entry.name)] = (ppid, cmd)
+    return found
 
 
 def test_the_command_reports_per_table_and_exits_1_when_a_task_fails(
