@@ -320,7 +320,7 @@ def compact_command(
     Exit codes: 0 done, 1 a task or the run failed (the report says which), 2 a usage or
     configuration mistake (no tables, a bad property, compaction disabled, no Spark extra).
     """
-    from jobs.table_compact import CompactSettings, run_compact
+    from jobs.table_compact import CompactSettings, check_engine, run_compact
 
     if bool(tables) == every:
         raise CompactUsageError("name the tables to compact, or pass --all (not both)")
@@ -330,12 +330,13 @@ def compact_command(
     with config_errors(CompactSettings):
         settings = CompactSettings(catalog=catalog, **given)
     configure_logging(settings.log_level)
+    check_engine(settings)
     target = _dsn(settings)
     with _open(target, settings) as cat:
         try:
             report = run_compact(cat, settings, target, None if every else tables)
-        except (InvalidPolicyError, ModuleNotFoundError):
-            raise  # a configuration mistake, or the Spark extra is missing
+        except InvalidPolicyError:
+            raise  # a configuration mistake
         except (CatalogError, CompactionError, OSError) as exc:
             raise _Failed(f"compacting failed: {exc}") from exc
     typer.echo(json.dumps(report.as_json(), indent=2) if as_json else "\n".join(report.lines()))

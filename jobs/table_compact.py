@@ -243,6 +243,15 @@ class CompactSettings(CommandSettings):
     """Spark tasks the compaction tasks are grouped into (default: 2 per core Spark offers)."""
 
 
+def check_engine(settings: CompactSettings) -> None:
+    """Raises ModuleNotFoundError (``pyspark``) for ``--engine spark`` without the Spark extra,
+    before the catalog is opened; the command line turns it into one line (exit 2)."""
+    if settings.engine is EngineName.SPARK:
+        from jobs.compact_spark import require_pyspark
+
+        require_pyspark()
+
+
 def run_compact(
     catalog: Catalog, settings: CompactSettings, dsn: str, names: Sequence[str] | None
 ) -> BacklogReport:
@@ -250,9 +259,9 @@ def run_compact(
     the settings name. The Spark session is started only once there is work, and stopped."""
     if settings.engine is EngineName.LOCAL:
         return compact_backlog(catalog, names, local_engine(catalog), engine_name="local")
+    check_engine(settings)
     from jobs import compact_spark
 
-    compact_spark.require_pyspark()
     target = compact_spark.ExecutorCatalog(
         dsn=dsn,
         warehouse=None if settings.catalog.warehouse is None else str(settings.catalog.warehouse),
@@ -384,8 +393,13 @@ def _failed_json(result: TaskResult) -> dict[str, Any]:
         "outcome": FAILED,
         "version": None,
         "files_in": len(task.inputs),
+        "files_out": 0,
         "rows_in": task.input_rows,
+        "rows_out": 0,
         "bytes_in": task.input_bytes,
+        "bytes_out": 0,
+        "duration_s": None,
+        "detail": "",
         "error": result.error,
     }
 
