@@ -48,6 +48,9 @@ EXECUTOR_POOL_SIZE = 2
 #: Groups per core Spark offers, when ``spark_tasks`` is not given: enough to even out
 #: tasks of different sizes, few enough that each group amortises its connection.
 GROUPS_PER_CORE = 2
+#: ...and at most this many compaction tasks in a group, so that a big backlog spreads over a
+#: cluster's executors even when ``spark.default.parallelism`` is set low (as in local mode).
+MAX_TASKS_PER_GROUP = 8
 
 
 def require_pyspark() -> None:
@@ -100,7 +103,8 @@ def spark_engine(
 
     def run(tasks: Sequence[CompactionTask]) -> list[TaskResult]:
         sc = spark.sparkContext
-        groups = group_tasks(tasks, spark_tasks or GROUPS_PER_CORE * sc.defaultParallelism)
+        wanted = spark_tasks or default_groups(len(tasks), sc.defaultParallelism)
+        groups = group_tasks(tasks, wanted)
         sc.setJobDescription(f"lakestream compact: {len(tasks)} task(s) in {len(groups)} group(s)")
         work = sc.parallelize(groups, len(groups)).mapPartitions(partial(run_groups, target))
         try:
@@ -146,6 +150,11 @@ def _first_line(exc: BaseException, secrets: Sequence[str]) -> str:
     for secret in secrets:
         line = line.replace(secret, "***")
     return line[:300]
+
+
+def default_groups(tasks: int, cores: int) -> int:
+    """How many Spark tasks a backlog of ``tasks`` becomes when the user does not say."""
+    return max(GROUPS_PER_CORE * cores, -(-tasks // MAX_TASKS_PER_GROUP))
 
 
 def group_tasks(tasks: Sequence[CompactionTask], groups: int) -> list[list[CompactionTask]]:

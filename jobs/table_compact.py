@@ -240,7 +240,8 @@ class CompactSettings(CommandSettings):
     master: str = "local[2]"
     """The Spark master: ``local[N]``, or a cluster's (``spark://host:7077``)."""
     spark_tasks: int | None = Field(default=None, ge=1)
-    """Spark tasks the compaction tasks are grouped into (default: 2 per core Spark offers)."""
+    """Spark tasks the compaction tasks are grouped into (default: 2 per core Spark offers,
+    at most 8 compaction tasks in one)."""
 
 
 def check_engine(settings: CompactSettings) -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from catalog import DataFile
 from compaction.task import CompactionKind, CompactionTask
-from jobs.compact_spark import ExecutorCatalog, group_tasks
+from jobs.compact_spark import ExecutorCatalog, default_groups, group_tasks
 
 
 def task(size: int) -> CompactionTask:
@@ -48,3 +48,8 @@ def test_the_dsn_is_not_in_what_spark_or_a_log_would_show():
     )
     assert "s3cret" not in repr(target)
     assert target.secrets() == ["s3cret"]
+
+
+def test_a_big_backlog_is_spread_wider_than_the_default_parallelism():
+    assert default_groups(10, cores=2) == 4  # 2 per core
+    assert default_groups(1000, cores=2) == 125  # at most 8 compaction tasks a Spark task
