@@ -15,6 +15,10 @@ task (executor lost, or a speculative copy) carries the same commit key. A re-ru
 first attempt landed finds the key and writes nothing (``already-done``); two attempts at once
 are serialised by the committer's head lock, and the second sees its key replayed and deletes
 its own outputs. No task is ever committed twice.
+A job that fails as a whole (local mode never retries a task;
+a cluster gives up after ``spark.task.maxFailures``) loses every task's report, so the driver
+asks the catalog, task by task, whether its key landed: the report stays true, and running the
+command again plans only what is left.
 
 Grouping: tasks are dealt largest first (by input bytes) to the lightest of at most
 ``spark_tasks`` groups, one group per Spark task, so a backlog of thousands of small tasks pays
