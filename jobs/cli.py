@@ -296,6 +296,59 @@ def tables_compact(
         typer.echo("\n".join(report.lines()))
 
 
+@app.command("compact")
+def compact_command(
+    tables: Annotated[
+        list[str] | None, typer.Argument(help="tables to compact (namespace.table)")
+    ] = None,
+    *,
+    every: Annotated[bool, typer.Option("--all", help="every live table")] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", help="local (this process) or spark (default: local)"),
+    ] = None,
+    master: Annotated[
+        str | None,
+        typer.Option("--master", help="Spark master, local[N] or spark://host:port"),
+    ] = None,
+    spark_tasks: Annotated[
+        int | None, typer.Option("--spark-tasks", help="Spark tasks to group the work into")
+    ] = None,
+    dsn: DsnOption = None,
+    warehouse: WarehouseOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compact a backlog now: every partition and bucket of the tables, each task committed
+    on its own; --engine spark runs the tasks as Spark tasks.
+
+    Exit codes: 0 done, 1 a task or the run failed (the report says which), 2 a usage or
+    configuration mistake (no tables, a bad property, compaction disabled, no Spark extra).
+    """
+    from jobs.table_compact import CompactSettings, check_engine, run_compact
+
+    if bool(tables) == every:
+        raise CompactUsageError("name the tables to compact, or pass --all (not both)")
+    flags = {"engine": engine, "master": master, "spark_tasks": spark_tasks}
+    given: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    catalog = {k: v for k, v in {"dsn": dsn, "warehouse": warehouse}.items() if v is not None}
+    with config_errors(CompactSettings):
+        settings = CompactSettings(catalog=catalog, **given)
+    configure_logging(settings.log_level)
+    check_engine(settings)
+    target = _dsn(settings)
+    with _open(target, settings) as cat:
+        try:
+            report = run_compact(cat, settings, target, None if every else tables)
+        except InvalidPolicyError:
+            raise  # a configuration mistake
+        except (CatalogError, CompactionError, OSError) as exc:
+            raise _Failed(f"compacting failed: {exc}") from exc
+    typer.echo(json.dumps(report.as_json(), indent=2) if as_json else "\n".join(report.lines()))
+    if report.failed:
+        raise _Failed(f"{report.failed} compaction task(s) failed (see the report); run again")
+
+
 DryRunOption = Annotated[
     bool, typer.Option("--dry-run", help="say what it would do; change nothing")
 ]
