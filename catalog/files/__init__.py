@@ -33,6 +33,7 @@ from catalog.files.reader import (
 )
 from catalog.files.stats import column_stats, decode_stat, encode_stat
 from catalog.files.storage import (
+    DEFAULT_STORAGE,
     Location,
     Storage,
     StorageError,
@@ -49,6 +50,7 @@ from catalog.files.writer import (
 )
 
 __all__ = [
+    "DEFAULT_STORAGE",
     "Location",
     "Storage",
     "StorageError",
