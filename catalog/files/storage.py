@@ -323,7 +323,8 @@ def storage_for(
         return location
     scheme, rest = parse_location(location)
     if not scheme:
-        return Storage(_local_filesystem(), rest, rest)
+        root = os.path.abspath(os.path.expanduser(rest))  # as the process sees it now
+        return Storage(_local_filesystem(), root, root)
     parts = urlsplit(rest)
     if scheme in ("s3", "s3a"):
         return Storage(_s3(options), f"{parts.netloc}{parts.path}", rest)
