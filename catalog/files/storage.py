@@ -44,11 +44,12 @@ import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from catalog.errors import CatalogError
+from catalog.files.layout import temp_name
 
 #: Schemes of object stores and remote filesystems ``pyarrow.fs`` opens, by the name users write.
-REMOTE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "viewfs"})
+REMOTE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs"})
 _LOCAL_SCHEMES = frozenset({"", "file"})
-_BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
+_BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss"})
 
 
 class StorageError(CatalogError):
@@ -253,8 +254,6 @@ class _LocalOutput:
     """Local disk: a dot-named temporary in the final folder, fsynced, renamed on commit."""
 
     def __init__(self, final: Path, *, fsync: bool) -> None:
-        from catalog.files.layout import temp_name
-
         final.parent.mkdir(parents=True, exist_ok=True)
         self.final = final
         self.temp = final.with_name(temp_name(final.name))
