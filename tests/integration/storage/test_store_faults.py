@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
@@ -52,31 +53,33 @@ def cut_catalog(
         yield catalog
 
 
+@dataclass(frozen=True)
+class Cut:
+    marker: bytes
+    """The request whose connection is cut (then the store stays unreachable)."""
+    orphans: int
+    """Complete files the failed batch leaves behind, named by no commit."""
+    in_flight: bool
+    """Whether an upload was cut with its bytes in flight (an incomplete upload: no object)."""
+
+
 @pytest.mark.parametrize(
-    ("marker", "orphans", "cut_in_flight"),
+    "cut",
     [
-        # the bytes of the batch's first file are in flight when the store goes
-        (b".parquet?partNumber=", 0, True),
-        # the first file is complete, the second one's upload never starts
-        (b"second/part-", 1, False),
+        Cut(b".parquet?partNumber=", orphans=0, in_flight=True),  # the first file's bytes
+        Cut(b"second/part-", orphans=1, in_flight=False),  # the second file never starts
     ],
     ids=["mid-upload", "between-files"],
 )
 def test_a_store_cut_mid_write_publishes_nothing_and_a_retry_lands_once(
-    cut_catalog: Catalog,
-    s3_server: S3Server,
-    s3_bucket: str,
-    proxy: FaultProxy,
-    marker: bytes,
-    orphans: int,
-    cut_in_flight: bool,
+    cut_catalog: Catalog, s3_server: S3Server, s3_bucket: str, proxy: FaultProxy, cut: Cut
 ):
     table = cut_catalog.create_table("shop.log", SCHEMA, partition_by=["region"])
     table.append(pa.table({"id": [1], "region": ["before"]}, schema=SCHEMA))
     before = rows_at(table)
     batch = pa.table({"id": [2, 3], "region": ["first", "second"]}, schema=SCHEMA)
 
-    rule = proxy.partition_when_sent(marker)
+    rule = proxy.partition_when_sent(cut.marker)
     with pytest.raises(OSError):
         table.append(batch, key=KEY)
 
@@ -85,14 +88,14 @@ def test_a_store_cut_mid_write_publishes_nothing_and_a_retry_lands_once(
     assert table.current_version() == 1 and rows_at(table) == before
     assert cut_catalog.resolve_commit(KEY.writer_id, KEY.batch_id) is None
     published = {f.path for f in table.plan().files}
-    assert len(files_on_disk(table) - published) == orphans, "only whole files, named by none"
+    assert len(files_on_disk(table) - published) == cut.orphans, "only whole files, named by none"
     assert all(name.startswith("data/region=") for name in files_on_disk(table))
-    assert bool(s3_server.pending_uploads(s3_bucket)) == cut_in_flight
+    assert bool(s3_server.pending_uploads(s3_bucket)) == cut.in_flight
 
     retried = table.append(batch, key=KEY)
     report = table.vacuum(older_than=dt.timedelta(0))  # what the failed attempt left
     replayed = table.append(batch, key=KEY)
 
     assert retried.version_of("shop.log") == 2 and replayed.replayed
-    assert report.orphans == report.deleted == orphans
+    assert report.orphans == report.deleted == cut.orphans
     assert rows_at(table) == sorted([*before, (2, "first"), (3, "second")])
