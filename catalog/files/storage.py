@@ -108,7 +108,7 @@ class OutputFile(Protocol):
     """A file being written: a sink for ``pyarrow.parquet.ParquetWriter``, then commit or abort."""
 
     @property
-    def sink(self) -> pa.NativeFile | object: ...
+    def sink(self) -> object: ...
 
     def tell(self) -> int: ...
 
@@ -122,7 +122,8 @@ class OutputFile(Protocol):
 
 
 def parse_location(location: str | os.PathLike[str]) -> tuple[str, str]:
-    """(scheme, the rest) of a location; scheme ``""`` for a local path.
+    """(scheme, what to open) of a location: ``("", local path)`` for a local path or a
+    ``file://`` URI, ``(scheme, the URI)`` for a remote one. Nothing is contacted.
 
     Raises:
         StorageError: an unknown scheme, or an object-store URI without a bucket.
