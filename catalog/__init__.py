@@ -47,6 +47,7 @@ from catalog.errors import (
     VersionExpiredError,
     VersionNotFoundError,
 )
+from catalog.files.storage import StorageError, StorageOptions
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta, without_internal
 from catalog.migrations import DEFAULT_SCHEMA
 from catalog.model import (
@@ -85,6 +86,8 @@ from catalog.writes import changes as conform_changes
 from catalog.writes import stage_append, stage_changes
 
 __all__ = [
+    "StorageError",
+    "StorageOptions",
     "COMMIT_CHANNEL",
     "CONCURRENT_MERGE_PROPERTY",
     "ROW_KIND_COLUMN",

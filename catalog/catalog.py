@@ -30,6 +30,12 @@ from catalog.errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
+from catalog.files.storage import (
+    DEFAULT_STORAGE,
+    StorageOptions,
+    normalize_warehouse,
+    parse_location,
+)
 from catalog.logs import get_logger
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
 from catalog.model import (
@@ -100,10 +106,17 @@ class Leftover:
 class Catalog:
     """A connection to a lakestream catalog in PostgreSQL. Thread-safe; one per process."""
 
-    def __init__(self, store: PgStore, retry: RetryPolicy, warehouse: str | None) -> None:
+    def __init__(
+        self,
+        store: PgStore,
+        retry: RetryPolicy,
+        warehouse: str | None,
+        storage: StorageOptions = DEFAULT_STORAGE,
+    ) -> None:
         self._store = store
         self._committer = Committer(store, retry)
         self._warehouse = warehouse
+        self._storage = storage
 
     @classmethod
     def connect(
@@ -115,9 +128,15 @@ class Catalog:
         retry: RetryPolicy | None = None,
         schema: str | None = None,
         create: bool = True,
+        storage: StorageOptions | None = None,
     ) -> Catalog:
         """Connect to the catalog in PostgreSQL schema ``schema`` (default: ``settings.schema``,
         ``lakestream``); remember the warehouse root.
+
+        ``warehouse`` is a local path or an object-store URI (``s3://bucket/prefix``, ``gs://``,
+        ``abfs://``, ``hdfs://``; see :mod:`catalog.files.storage`). ``storage`` says how this
+        process reaches the store (region, endpoint, path-style, keys); without it the store's
+        standard credential chain is used. Only the URI is stored in the catalog, never options.
 
         ``create=True`` (writers; the default, as pyiceberg's SQL catalog creates its tables on
         first use) creates the catalog, or migrates it - also out of ``public``, where catalogs
@@ -131,13 +150,15 @@ class Catalog:
             CatalogNotInitializedError: ``create=False`` and there is no catalog, or it needs
                 migrating (``lakestream catalog init``).
             CatalogUnavailableError: the catalog database could not be reached.
-            CatalogError: a remote warehouse (only local ones are supported).
+            StorageError: the warehouse is not a location lakestream can use (unknown scheme, no
+                bucket, credentials in the URI).
         """
+        root = normalize_warehouse(warehouse) if warehouse is not None else None
         base = settings or StoreSettings()
         store = PgStore(dsn, base if schema is None else replace(base, schema=schema))
         store.open(create=create)
-        catalog = cls(store, retry or RetryPolicy(), None)
-        catalog._warehouse = catalog._init_warehouse(warehouse, store_it=create)
+        catalog = cls(store, retry or RetryPolicy(), None, storage or DEFAULT_STORAGE)
+        catalog._warehouse = catalog._init_warehouse(root, store_it=create)
         return catalog
 
     def close(self) -> None:
@@ -152,6 +173,11 @@ class Catalog:
     @property
     def warehouse(self) -> str | None:
         return self._warehouse
+
+    @property
+    def storage(self) -> StorageOptions:
+        """How this process reaches the warehouse's store (never stored in the catalog)."""
+        return self._storage
 
     # -- namespaces and tables ---------------------------------------------------------------
 
@@ -173,6 +199,7 @@ class Catalog:
             InvalidNameError: the name or a property is not allowed.
             SchemaError: the schema, key, partitioning or buckets do not fit together.
             CatalogError: no warehouse and no ``location``.
+            StorageError: ``location`` has an unknown scheme or names no bucket.
             CatalogUnavailableError: the catalog database could not be reached.
         """
         table_name = parse_table_name(name)
@@ -186,6 +213,8 @@ class Catalog:
             sequence_column=props.get(SEQUENCE_COLUMN_PROPERTY),
         )
         table_id = uuid.uuid4()
+        if location is not None:
+            parse_location(location)  # an unusable location fails before anything is created
         where = location or self._default_location(table_name, table_id)
         params = {
             "table_id": table_id,
@@ -471,16 +500,16 @@ class Catalog:
             schemas={r["schema_id"]: schemas.deserialize(r["arrow_schema"]) for r in schema_rows},
             current_schema_id=row["current_schema_id"],
             created_at=row["created_at"],
+            storage=self._storage,
         )
 
-    def _init_warehouse(self, warehouse: str | Path | None, *, store_it: bool) -> str | None:
+    def _init_warehouse(self, root: str | None, *, store_it: bool) -> str | None:
         rows = self._store.fetch_all(
             "SELECT value FROM catalog_property WHERE key = %(key)s", {"key": WAREHOUSE_PROPERTY}
         )
         stored = rows[0]["value"] if rows else None
-        if warehouse is None:
+        if root is None:
             return stored
-        root = _warehouse_root(warehouse)
         if stored is None and store_it:
             self._store.fetch_all(
                 "INSERT INTO catalog_property (key, value) VALUES (%(key)s, %(value)s) "
@@ -535,11 +564,3 @@ def _check_properties(properties: Mapping[str, str]) -> dict[str, str]:
         checked[key] = value
     json.dumps(checked)
     return checked
-
-
-def _warehouse_root(warehouse: str | Path) -> str:
-    text = str(warehouse)
-    if "://" in text and not text.startswith("file://"):
-        raise CatalogError(f"only local warehouses are supported for now, got {text!r}")
-    path = Path(text.removeprefix("file://")).expanduser().resolve()
-    return str(path)

@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -347,7 +346,7 @@ def _rewrite(
 
 def _read(meta: TableMeta, file: DataFile, columns: Sequence[str] | None) -> pa.Table:
     schema = meta.schema if columns is None else pa.schema([meta.schema.field(c) for c in columns])
-    batches = list(read_files(meta.location, [file], meta.schema, columns=columns))
+    batches = list(read_files(meta.files, [file], meta.schema, columns=columns))
     return pa.Table.from_batches(batches, schema=schema)
 
 
@@ -356,7 +355,7 @@ def _write(
 ) -> list[DataFile]:
     return write_data_files(
         rows,
-        meta.location,
+        meta.files,
         partition=list(values),
         schema_id=meta.current_schema_id,
         options=options,
@@ -403,7 +402,7 @@ def _cdc_changes(
     )
     key_predicates = [p for p in stmt.where if p.column in meta.primary_key]
     buckets = read_merged_buckets(
-        meta.location,
+        meta.files,
         [p.files for p in parts],
         runs,
         meta.primary_key,
@@ -573,8 +572,7 @@ def _done(
 
 
 def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
-    for file in files:
-        (Path(meta.location) / file.path).unlink(missing_ok=True)
+    meta.files.discard(file.path for file in files)
 
 
 __all__ = [

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY, Relaxations
+from catalog.files.storage import DEFAULT_STORAGE, Storage, StorageOptions, storage_for
 from catalog.names import RESERVED_COLUMN_PREFIX, TableName
 from catalog.partitioning import PartitionSpec
 
@@ -42,6 +43,14 @@ class TableMeta:
     schemas: Mapping[int, pa.Schema]
     current_schema_id: int
     created_at: dt.datetime | None = field(default=None, compare=False)
+    storage: StorageOptions = field(default=DEFAULT_STORAGE, compare=False, repr=False)
+    """How this process reaches the location (the catalog connection's options, never stored:
+    the catalog holds the location URI only). Travels with the metadata to Spark executors."""
+
+    @property
+    def files(self) -> Storage:
+        """The table's files, through the storage seam (:mod:`catalog.files.storage`)."""
+        return storage_for(self.location, self.storage)
 
     @property
     def schema(self) -> pa.Schema:

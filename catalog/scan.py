@@ -188,7 +188,7 @@ class Scan:
             [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
         )
         return read_merged_buckets(
-            meta.location,
+            meta.files,
             [part.files for part in parts],
             runs,
             meta.primary_key,
@@ -200,7 +200,7 @@ class Scan:
     def _read_plain(self, part: PartitionScan) -> Iterator[pa.RecordBatch]:
         meta = self.meta
         return read_files(
-            meta.location,
+            meta.files,
             part.files,
             meta.schema,
             columns=self._read_columns,

@@ -171,7 +171,7 @@ def stage_append(
     for part in split_partitions(meta, rows):
         files = write_data_files(
             part.rows,
-            meta.location,
+            meta.files,
             partition=part.values,
             schema_id=meta.current_schema_id,
             options=options,
@@ -195,7 +195,7 @@ def stage_changes(
     for part in split_partitions(meta, changes):
         file = write_merge_run(
             part.rows,
-            meta.location,
+            meta.files,
             meta.primary_key,
             bucket=part.bucket if part.bucket is not None else 0,
             partition=part.values,

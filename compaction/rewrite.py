@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -243,11 +242,11 @@ def _pack(
     meta: TableMeta, task: CompactionTask, files: Sequence[DataFile], options: WriteOptions
 ) -> list[DataFile]:
     """One bin: its files' rows in commit order, read under the current schema."""
-    rows = read_whole_files(meta.location, files, meta.schema, meta.current_schema_id)
+    rows = read_whole_files(meta.files, files, meta.schema, meta.current_schema_id)
     values, bucket = _partition_values(meta, task)
     return write_data_files(
         rows,
-        meta.location,
+        meta.files,
         partition=values,
         bucket=bucket,
         schema_id=meta.current_schema_id,
@@ -260,7 +259,7 @@ def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) 
     keep_deletes = not task.drop_deletes
     batches = list(
         read_merged(
-            meta.location,
+            meta.files,
             task.inputs,
             meta.schema,
             meta.primary_key,
@@ -275,7 +274,7 @@ def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) 
     values, bucket = _partition_values(meta, task)
     output = write_data_file(
         merged,
-        meta.location,
+        meta.files,
         partition=values,
         bucket=bucket,
         schema_id=meta.current_schema_id,
@@ -286,8 +285,7 @@ def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) 
 
 
 def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
-    for file in files:
-        (Path(meta.location) / file.path).unlink(missing_ok=True)
+    meta.files.discard(file.path for file in files)
 
 
 # ---------------------------------------------------------------------------------- landing

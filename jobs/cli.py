@@ -78,7 +78,7 @@ DsnOption = Annotated[
     typer.Option("--dsn", help="catalog PostgreSQL DSN (default: $LAKESTREAM_CATALOG__DSN)"),
 ]
 WarehouseOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--warehouse", help="root of table data (default: $LAKESTREAM_CATALOG__WAREHOUSE)"
     ),
@@ -131,7 +131,7 @@ def _root(
     _Run.debug = debug
 
 
-def _settings(dsn: str | None = None, warehouse: Path | None = None) -> CommandSettings:
+def _settings(dsn: str | None = None, warehouse: str | None = None) -> CommandSettings:
     """The settings of a catalog command, flags over the environment; configures logging."""
     catalog = {k: v for k, v in {"dsn": dsn, "warehouse": warehouse}.items() if v is not None}
     with config_errors(CommandSettings):
@@ -154,7 +154,7 @@ def _remember_secret(dsn: str) -> None:
         _Run.secrets.append(str(password))
 
 
-def _connect(dsn: str | None, warehouse: Path | None = None) -> Catalog:
+def _connect(dsn: str | None, warehouse: str | None = None) -> Catalog:
     settings = _settings(dsn, warehouse)
     return _open(_dsn(settings), settings)
 
@@ -169,6 +169,7 @@ def _open(dsn: str, settings: CommandSettings, *, create: bool = False) -> Catal
         return Catalog.connect(
             dsn,
             warehouse=settings.catalog.warehouse,
+            storage=settings.catalog.storage,
             schema=settings.catalog.db_schema,
             create=create,
         )
@@ -614,7 +615,7 @@ def _maintenance_line(m: Any) -> str:
 
 
 def _compactor_settings(
-    flags: Mapping[str, object], dsn: str | None, warehouse: Path | None
+    flags: Mapping[str, object], dsn: str | None, warehouse: str | None
 ) -> tuple[CompactorSettings, str]:
     """The compactor's settings, flags over the environment, and the catalog's DSN."""
     given: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}

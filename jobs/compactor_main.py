@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from multiprocessing.context import SpawnProcess
-from pathlib import Path
 from types import FrameType
 
 from catalog import Catalog, CatalogError, CatalogOutageError, OutageGuard
@@ -52,11 +51,17 @@ def install_stop_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def connect(dsn: str, warehouse: Path | None, settings: CompactorSettings) -> Catalog:
+def connect(dsn: str, warehouse: str | None, settings: CompactorSettings) -> Catalog:
     """The catalog in the schema the settings name (``--schema`` sets it in the environment, so
     the worker processes, which inherit it, open the same one)."""
     retry = settings.outage().committer_retry()
-    return Catalog.connect(dsn, warehouse=warehouse, retry=retry, schema=settings.catalog.db_schema)
+    return Catalog.connect(
+        dsn,
+        warehouse=warehouse,
+        storage=settings.catalog.storage,
+        retry=retry,
+        schema=settings.catalog.db_schema,
+    )
 
 
 def outage_guard(dsn: str, settings: CompactorSettings) -> OutageGuard:
@@ -80,7 +85,7 @@ def report_outage(exc: CatalogOutageError, event: str = "compactor_failed") -> i
 
 
 def worker_process(
-    dsn: str, warehouse: Path | None, settings: CompactorSettings, log_level: str, drain: bool
+    dsn: str, warehouse: str | None, settings: CompactorSettings, log_level: str, drain: bool
 ) -> None:
     """Body of one pool process (spawned: it opens its own catalog)."""
     configure_logging(log_level)
@@ -97,7 +102,7 @@ def worker_process(
 
 def run_worker(
     dsn: str,
-    warehouse: Path | None,
+    warehouse: str | None,
     settings: CompactorSettings,
     *,
     drain: bool = False,
@@ -134,7 +139,7 @@ class WorkerPool:
     """N worker processes (spawn context); dead ones are replaced, SIGTERM is passed on."""
 
     def __init__(
-        self, size: int, dsn: str, warehouse: Path | None, settings: CompactorSettings, level: str
+        self, size: int, dsn: str, warehouse: str | None, settings: CompactorSettings, level: str
     ) -> None:
         self.size = size
         self._args = (dsn, warehouse, settings, level)
@@ -186,7 +191,7 @@ class WorkerPool:
 
 def run_service(
     dsn: str,
-    warehouse: Path | None,
+    warehouse: str | None,
     settings: CompactorSettings,
     *,
     once: bool,

@@ -142,6 +142,7 @@ def _open_catalog(settings: IngestSettings, outage: OutagePolicy) -> Catalog:
     return Catalog.connect(
         dsn,
         warehouse=settings.catalog.warehouse,
+        storage=settings.catalog.storage,
         retry=outage.committer_retry(),
         schema=settings.catalog.db_schema,
     )

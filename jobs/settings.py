@@ -42,7 +42,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from catalog import DEFAULT_SCHEMA, InvalidNameError, check_schema_name
+from catalog import (
+    DEFAULT_SCHEMA,
+    InvalidNameError,
+    StorageError,
+    StorageOptions,
+    check_schema_name,
+)
+from catalog.files.storage import normalize_warehouse
 from catalog.outage import DEFAULT_OUTAGE_BUDGET_S
 
 ENV_PREFIX = "LAKESTREAM_"
@@ -117,7 +124,13 @@ class CatalogSettings(Section):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True)
 
     dsn: SecretStr | None = None
-    warehouse: Path | None = None
+    warehouse: str | None = None
+    """A local path or an object-store URI (``s3://bucket/prefix``, ``gs://``, ``abfs://``,
+    ``hdfs://``); how to reach the store is ``storage``."""
+    storage: StorageOptions = Field(default_factory=StorageOptions)
+    """Region, endpoint, path-style and keys of the warehouse's store
+    (``LAKESTREAM_CATALOG__STORAGE__ENDPOINT`` ...). Unset keys: the store's standard credential
+    chain. Keys are secrets: never logged, never stored in the catalog."""
     db_schema: str = Field(default=DEFAULT_SCHEMA, alias="schema")
     """The PostgreSQL schema holding the catalog (``schema:`` in the file,
     ``LAKESTREAM_CATALOG__SCHEMA``, ``--schema``)."""
@@ -133,6 +146,18 @@ class CatalogSettings(Section):
             return check_schema_name(value)
         except InvalidNameError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("warehouse", mode="before")
+    @classmethod
+    def _usable_warehouse(cls, value: object) -> object:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, str) and "://" in value:
+            try:
+                return normalize_warehouse(value)
+            except StorageError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("dsn")
     @classmethod

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.broker",
     "tests.fixtures.spark",
     "tests.fixtures.outage",
+    "tests.fixtures.s3",
 ]

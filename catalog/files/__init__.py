@@ -9,6 +9,7 @@
 * :mod:`~catalog.files.merge` - the vectorised "last change per key wins" kernel.
 * :mod:`~catalog.files.evolution` - schema change rules, reading old files under a new schema.
 * :mod:`~catalog.files.pruning` - simple predicates and file pruning by statistics.
+* :mod:`~catalog.files.storage` - the one filesystem seam: local disks and object stores.
 """
 
 from catalog.files.bucketing import bucket_ids, key_hashes, split_by_bucket
@@ -31,6 +32,15 @@ from catalog.files.reader import (
     read_whole_files,
 )
 from catalog.files.stats import column_stats, decode_stat, encode_stat
+from catalog.files.storage import (
+    DEFAULT_STORAGE,
+    Location,
+    Storage,
+    StorageError,
+    StorageOptions,
+    StoredFile,
+    storage_for,
+)
 from catalog.files.writer import (
     WriteOptions,
     prepare_merge_run,
@@ -40,6 +50,13 @@ from catalog.files.writer import (
 )
 
 __all__ = [
+    "DEFAULT_STORAGE",
+    "Location",
+    "Storage",
+    "StorageError",
+    "StorageOptions",
+    "StoredFile",
+    "storage_for",
     "Change",
     "Op",
     "ChangeKind",

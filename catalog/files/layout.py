@@ -14,8 +14,9 @@ Layout (relative to the table location; this relative path is what :class:`DataF
 * The path is informative and unique (a random UUID per file); nothing parses partition values
   back from it: the catalog records each file's partition and relative path.
 * ``data/`` keeps data files apart from anything else a table location may hold, so orphan
-  cleanup lists one tree. Files are written as ``.part-<uuid>.parquet.tmp`` in the same folder and
-  renamed when complete; leftovers of that kind are never referenced and are safe to delete.
+  cleanup lists one tree. On a local disk files are written as ``.part-<uuid>.parquet.tmp`` in the
+  same folder and renamed when complete; leftovers of that kind are never referenced and are safe
+  to delete. On an object store there is no temporary name (see :mod:`catalog.files.storage`).
 """
 
 from __future__ import annotations

@@ -34,25 +34,25 @@ newest version does not match.
 from __future__ import annotations
 
 import itertools
-import os
 from collections import deque
 from collections.abc import Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from pathlib import Path
 from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from catalog.errors import SchemaError
 from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
+from catalog.files.storage import Location, Storage, storage_for
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_UPSERT,
@@ -84,9 +84,9 @@ def _split_filter(
     return predicates, to_expression(predicates, schema)
 
 
-def _path(location: str | os.PathLike[str], file: DataFile | str) -> str:
+def _path(storage: Storage, file: DataFile | str) -> str:
     relative = file.path if isinstance(file, DataFile) else file
-    return str(Path(location) / relative)
+    return storage.path(relative)
 
 
 def _skip(file: DataFile | str, predicates: Sequence[Predicate], schema: pa.Schema) -> bool:
@@ -111,13 +111,15 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _scan_file(
+    fs: pafs.FileSystem,
     path: str,
     schema: pa.Schema,
     columns: Sequence[str],
     expression: pc.Expression | None,
+    *,
     batch_size: int,
 ) -> Iterator[pa.RecordBatch]:
-    dataset = ds.dataset(path, format="parquet")
+    dataset = ds.dataset(path, format="parquet", filesystem=fs)
     out = _subschema(schema, columns)
     if _same_columns(dataset.schema, schema):
         scanner = dataset.scanner(columns=list(columns), filter=expression, batch_size=batch_size)
@@ -141,7 +143,7 @@ def _filter_project(
 
 
 def read_whole_files(
-    location: str | os.PathLike[str],
+    location: Location,
     files: Sequence[DataFile],
     schema: pa.Schema,
     schema_id: int,
@@ -154,18 +156,21 @@ def read_whole_files(
     file costs more than its rows); files of older schemas are read one by one and aligned to
     ``schema`` by the evolution rules.
     """
+    storage = storage_for(location)
+    fs = storage.filesystem
     tables: list[pa.Table] = []
     for current, group in itertools.groupby(files, key=lambda f: f.schema_id == schema_id):
-        paths = [_path(location, file) for file in group]
+        paths = [_path(storage, file) for file in group]
         if current:
-            tables.append(ds.dataset(paths, format="parquet", schema=schema).to_table())
+            dataset = ds.dataset(paths, format="parquet", schema=schema, filesystem=fs)
+            tables.append(dataset.to_table())
         else:
-            tables += [_read_aligned(path, schema) for path in paths]
+            tables += [_read_aligned(fs, path, schema) for path in paths]
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def _read_aligned(path: str, schema: pa.Schema) -> pa.Table:
-    file = pq.ParquetFile(path)
+def _read_aligned(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
+    file = pq.ParquetFile(path, filesystem=fs)
     present = [n for n in schema.names if n in file.schema_arrow.names]
     aligned = align_to_schema(file.read(columns=present), schema)
     assert isinstance(aligned, pa.Table)
@@ -173,7 +178,7 @@ def _read_aligned(path: str, schema: pa.Schema) -> pa.Table:
 
 
 def read_files(
-    location: str | os.PathLike[str],
+    location: Location,
     files: Sequence[DataFile | str],
     schema: pa.Schema,
     *,
@@ -189,9 +194,13 @@ def read_files(
     predicates, expression = _split_filter(row_filter, schema)
     wanted = list(columns) if columns is not None else schema.names
     _subschema(schema, [*wanted, *(p.column for p in predicates)])  # unknown columns fail early
+    storage = storage_for(location)
     for file in files:
         if not _skip(file, predicates, schema):
-            yield from _scan_file(_path(location, file), schema, wanted, expression, batch_size)
+            path = _path(storage, file)
+            yield from _scan_file(
+                storage.filesystem, path, schema, wanted, expression, batch_size=batch_size
+            )
 
 
 # ------------------------------------------------------------------------ merge-on-read
@@ -258,12 +267,13 @@ def _late_strings(
 
 
 def _read_run(
+    fs: pafs.FileSystem,
     path: str,
     footer: pq.FileMetaData,
     schema: pa.Schema,
     key_filter: pc.Expression | None,
-    dictionaries: Sequence[str],
     *,
+    dictionaries: Sequence[str],
     partial: bool = False,
 ) -> pa.Table:
     """One run, whole, as ``schema`` (+ row kind), rows outside the key filter left out; the
@@ -281,9 +291,12 @@ def _read_run(
     present += system
     same = _same_columns(physical, schema)
     if same and key_filter is not None:
-        table = ds.dataset(path, format="parquet").to_table(columns=present, filter=key_filter)
+        dataset = ds.dataset(path, format="parquet", filesystem=fs)
+        table = dataset.to_table(columns=present, filter=key_filter)
     else:
-        file = pq.ParquetFile(path, metadata=footer, read_dictionary=list(dictionaries) or None)
+        file = pq.ParquetFile(
+            path, metadata=footer, read_dictionary=list(dictionaries) or None, filesystem=fs
+        )
         table = file.read(columns=present, use_threads=False)
     if not same:
         aligned = align_to_schema(table.drop_columns(system), schema)
@@ -322,6 +335,7 @@ def _decode_dictionaries(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _read_runs(
+    fs: pafs.FileSystem,
     paths: Sequence[str],
     schema: pa.Schema,
     key_filter: pc.Expression | None,
@@ -333,13 +347,15 @@ def _read_runs(
     the caller already reads several buckets at once. With ``compared`` (the columns the merge
     sorts by), low-cardinality string columns not among them come as dictionary arrays
     (:func:`_late_strings`); :func:`_decode_dictionaries` turns them back into strings."""
-    footers = [pq.read_metadata(p) for p in paths]
+    footers = [pq.read_metadata(p, filesystem=fs) for p in paths]
     late = bool(compared) and key_filter is None
     dictionaries = _late_strings(footers, schema, compared) if late else []
     partial = any(UNSET_COLUMN in f.schema.to_arrow_schema().names for f in footers)
 
     def read(i: int) -> pa.Table:
-        return _read_run(paths[i], footers[i], schema, key_filter, dictionaries, partial=partial)
+        return _read_run(
+            fs, paths[i], footers[i], schema, key_filter, dictionaries=dictionaries, partial=partial
+        )
 
     if len(paths) <= 1 or not concurrent:
         return [read(i) for i in range(len(paths))]
@@ -352,7 +368,7 @@ def _read_runs(
 class _MergeRead:
     """What a merge read of one table does to each bucket: the same for all its buckets."""
 
-    location: str | os.PathLike[str]
+    storage: Storage
     schema: pa.Schema
     primary_key: Sequence[str]
     sequence_column: str | None
@@ -369,7 +385,7 @@ class _MergeRead:
     @classmethod
     def of(
         cls,
-        location: str | os.PathLike[str],
+        location: Location,
         schema: pa.Schema,
         primary_key: Sequence[str],
         *,
@@ -397,7 +413,7 @@ class _MergeRead:
         if include_row_kind:
             out.append(ROW_KIND_COLUMN)
         return cls(
-            location=location,
+            storage=storage_for(location),
             schema=schema,
             primary_key=primary_key,
             sequence_column=sequence_column,
@@ -413,13 +429,18 @@ class _MergeRead:
     def bucket(self, runs: Sequence[DataFile | str], *, concurrent: bool) -> pa.Table | None:
         """The merged rows of one bucket (None when no run can hold a match)."""
         paths = [
-            _path(self.location, run)
+            _path(self.storage, run)
             for run in runs
             if not _skip(run, self.key_predicates, self.schema)
         ]
         compared = [*self.primary_key, *([self.sequence_column] if self.sequence_column else [])]
         tables = _read_runs(
-            paths, self.read, self.key_filter, compared=compared, concurrent=concurrent
+            self.storage.filesystem,
+            paths,
+            self.read,
+            self.key_filter,
+            compared=compared,
+            concurrent=concurrent,
         )
         if not tables:
             return None
@@ -458,7 +479,7 @@ def _batches(merged: pa.Table | None, batch_size: int) -> list[pa.RecordBatch]:
 
 
 def read_merged(
-    location: str | os.PathLike[str],
+    location: Location,
     runs: Sequence[DataFile | str],
     schema: pa.Schema,
     primary_key: Sequence[str],
@@ -495,7 +516,7 @@ def read_merged(
 
 
 def read_merged_buckets(
-    location: str | os.PathLike[str],
+    location: Location,
     buckets: Sequence[Sequence[DataFile | str]],
     schema: pa.Schema,
     primary_key: Sequence[str],

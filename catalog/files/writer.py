@@ -1,8 +1,9 @@
 """Writing data files: Parquet + zstd under the table location, described as :class:`DataFile`.
 
-Every file is written under a temporary name in its final folder, flushed and fsync'ed, then
-renamed: a crash at any point leaves either no file or a dot-named ``.tmp`` leftover, never a
-half-written file under a name the catalog could reference.
+Files are written through the storage seam (:mod:`catalog.files.storage`), which says why: on a
+local disk under a temporary name, fsync'ed, then renamed (a crash leaves at most a dot-named
+``.tmp`` leftover); on an object store in one upload under the final unique name, which appears
+whole or not at all. Either way no commit names a file before it is complete.
 
 :func:`prepare_merge_run` turns one batch of changes of a CDC bucket into the content of its
 merge-run file (one row per key, latest change, sorted by key, with the row-kind column).
@@ -10,10 +11,9 @@ merge-run file (one row per key, latest change, sorted by key, with the row-kind
 
 from __future__ import annotations
 
-import os
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from catalog.errors import SchemaError
-from catalog.files.layout import PartitionValues, new_data_file_path, temp_name
+from catalog.files.layout import PartitionValues, new_data_file_path
 from catalog.files.merge import last_change_per_key
 from catalog.files.partial import take_filled
 from catalog.files.stats import column_stats
+from catalog.files.storage import Location, Storage, storage_for
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_DELETE,
@@ -58,7 +59,8 @@ class WriteOptions:
     row_group_bytes: int = 64 * MiB
     #: Size on disk the splitter aims at; a file ends at the first row group past it.
     target_file_bytes: int = 128 * MiB
-    #: fsync each file before the rename, so a power loss cannot leave an empty renamed file.
+    #: Local disks: fsync each file before the rename, so a power loss cannot leave an empty
+    #: renamed file. (Object stores acknowledge an upload once it is durable.)
     fsync: bool = True
 
 
@@ -132,11 +134,11 @@ def _open_writer(
 
 
 class _FileSink:
-    """A Parquet file written under a temporary name, renamed into place by :meth:`commit`."""
+    """A Parquet file written through the storage seam, visible under its name on commit."""
 
     def __init__(
         self,
-        location: Path,
+        storage: Storage,
         relative: str,
         schema: pa.Schema,
         options: WriteOptions,
@@ -145,39 +147,31 @@ class _FileSink:
         schema_id: int,
     ) -> None:
         self.relative = relative
-        self.final = location / relative
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        self.temp = self.final.with_name(temp_name(self.final.name))
-        self.options = options
-        self.file = open(self.temp, "wb")  # noqa: SIM115 - closed by commit/abort
+        self.output = storage.open_output(relative, fsync=options.fsync)
         try:
-            self.writer = _open_writer(self.file, schema, options, sorted_by, schema_id)
+            self.writer = _open_writer(self.output.sink, schema, options, sorted_by, schema_id)
         except BaseException:
-            self.file.close()
-            self.temp.unlink(missing_ok=True)
+            self.output.abort()
             raise
 
     def write(self, data: pa.Table, rows_per_group: int) -> None:
         self.writer.write_table(data, row_group_size=rows_per_group)
 
     def tell(self) -> int:
-        return self.file.tell()
+        return self.output.tell()
 
     def commit(self) -> int:
         self.writer.close()
-        self.file.flush()
-        if self.options.fsync:
-            os.fsync(self.file.fileno())
-        self.file.close()
-        os.replace(self.temp, self.final)
-        return self.final.stat().st_size
+        return self.output.commit()
 
     def abort(self) -> None:
+        """Called while another error propagates: a store that is down fails the close too,
+        and that second error must not hide the first."""
         try:
-            self.writer.close()
+            with contextlib.suppress(OSError):
+                self.writer.close()
         finally:
-            self.file.close()
-            self.temp.unlink(missing_ok=True)
+            self.output.abort()
 
 
 def _describe(relative: str, size: int, data: pa.Table, schema_id: int) -> DataFile:
@@ -192,7 +186,7 @@ def _describe(relative: str, size: int, data: pa.Table, schema_id: int) -> DataF
 
 def write_data_file(
     data: pa.Table,
-    location: str | os.PathLike[str],
+    location: Location,
     *,
     partition: PartitionValues = (),
     bucket: int = UNAWARE_BUCKET,
@@ -207,7 +201,12 @@ def write_data_file(
     """
     relative = new_data_file_path(partition, bucket)
     sink = _FileSink(
-        Path(location), relative, data.schema, options, sorted_by=sorted_by, schema_id=schema_id
+        storage_for(location),
+        relative,
+        data.schema,
+        options,
+        sorted_by=sorted_by,
+        schema_id=schema_id,
     )
     try:
         sink.write(data, _rows_per_group(data, options))
@@ -225,7 +224,7 @@ def _row_group_slices(data: pa.Table, rows: int) -> Iterator[pa.Table]:
 
 def write_data_files(
     data: pa.Table,
-    location: str | os.PathLike[str],
+    location: Location,
     *,
     partition: PartitionValues = (),
     bucket: int = UNAWARE_BUCKET,
@@ -241,7 +240,7 @@ def write_data_files(
     If writing fails, the files already finished are removed too: the caller never learnt them.
     """
     rows = _rows_per_group(data, options)
-    root = Path(location)
+    storage = storage_for(location)
     files: list[DataFile] = []
     sink: _FileSink | None = None
     start = 0
@@ -250,7 +249,12 @@ def write_data_files(
             if sink is None:
                 relative = new_data_file_path(partition, bucket)
                 sink = _FileSink(
-                    root, relative, data.schema, options, sorted_by=sorted_by, schema_id=schema_id
+                    storage,
+                    relative,
+                    data.schema,
+                    options,
+                    sorted_by=sorted_by,
+                    schema_id=schema_id,
                 )
                 start = offset * rows
             sink.write(piece, rows)
@@ -262,8 +266,8 @@ def write_data_files(
             files.append(_finish(sink, data.slice(start), schema_id))
             sink = None
     except BaseException:
-        for done in files:  # nobody got their descriptions: nothing may stay behind unnamed
-            (root / done.path).unlink(missing_ok=True)
+        # nobody got their descriptions: nothing may stay behind unnamed
+        storage.discard(done.path for done in files)
         raise
     finally:
         if sink is not None:
@@ -323,7 +327,7 @@ def prepare_merge_run(
 
 def write_merge_run(
     changes: pa.Table,
-    location: str | os.PathLike[str],
+    location: Location,
     primary_key: Sequence[str],
     *,
     bucket: int,

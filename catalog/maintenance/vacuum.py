@@ -31,11 +31,9 @@ names them any more: their grace period holds.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from catalog.logs import get_logger
@@ -120,19 +118,13 @@ class Vacuum:
         self.cut = clock() - older_than.total_seconds()
 
     def list_files(self) -> Listing:
-        root = Path(self.meta.location)
-        found: dict[str, int] = {}
-        if not root.is_dir():
-            return Listing(found)
-        for folder, _, names in os.walk(root):
-            for name in names:
-                path = Path(folder) / name
-                try:
-                    stat = path.stat()
-                except FileNotFoundError:
-                    continue
-                if stat.st_mtime < self.cut:
-                    found[path.relative_to(root).as_posix()] = stat.st_size
+        """Through the storage seam: a local tree or an object-store prefix alike (an object's
+        modification time is its upload's completion, which is what the cut needs)."""
+        found = {
+            f.path: f.size
+            for f in self.meta.files.list_files()
+            if f.modified is not None and f.modified.timestamp() < self.cut
+        }
         return Listing(found)
 
     def decide(self, listing: Listing) -> Decision:
@@ -157,22 +149,19 @@ class Vacuum:
         )
 
     def apply(self, listing: Listing, decision: Decision, *, dry_run: bool) -> VacuumReport:
-        root = Path(self.meta.location)
+        storage = self.meta.files
         paths = sorted({*decision.orphans, *decision.due})
         deleted, size = 0, 0
+        for rel in paths:
+            found = listing.files.get(rel)
+            if found is None:
+                found = storage.size(rel)  # a due cleanup entry newer than the listing's cut
+            if found is None or (not dry_run and not storage.delete(rel)):
+                continue
+            deleted += 1
+            size += found
         if not dry_run:
-            for rel in paths:
-                target = root / rel
-                try:
-                    size += target.stat().st_size
-                    target.unlink()
-                    deleted += 1
-                except FileNotFoundError:
-                    continue
             self._forget([*decision.due, *decision.referenced_due])
-        else:
-            deleted = sum(1 for rel in paths if (root / rel).exists())
-            size = sum((root / rel).stat().st_size for rel in paths if (root / rel).exists())
         report = VacuumReport(
             table=str(self.meta.name),
             older_than_s=self.older_than.total_seconds(),

@@ -1,7 +1,10 @@
 """Everything an executor task needs to write a batch, shipped once per batch (pickled).
 
 Executors never connect to PostgreSQL: the driver loads each target table's metadata and sends
-it along, so a task can route rows to buckets, conform them and write files on its own.
+it along, so a task can route rows to buckets, conform them and write files on its own. The
+metadata carries the catalog's storage options (``TableMeta.storage``: how to reach an
+object-store warehouse; keys are ``SecretStr`` and left out of every repr), so executors on
+other hosts write to the same bucket as the driver would.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ would otherwise silently read the latest version.
 
 The catalog DSN may hold a password: it is kept as a :class:`~pydantic.SecretStr`, never logged,
 never put in a message, and never shipped to the executors (they do not connect to the catalog).
+The ``storage.*`` options (an object-store warehouse) do go to the executors - they read the
+files - as :class:`catalog.StorageOptions`, whose keys are secrets too.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
-from catalog import DEFAULT_SCHEMA, InvalidNameError, check_schema_name
+from catalog import DEFAULT_SCHEMA, InvalidNameError, StorageOptions, check_schema_name
+from catalog.files import DEFAULT_STORAGE
 from ingest.spark_read.errors import ReadOptionError
 
 TABLE = "table"
@@ -26,11 +29,32 @@ CATALOG_SCHEMA = "catalogSchema"
 VERSION_AS_OF = "versionAsOf"
 TIMESTAMP_AS_OF = "timestampAsOf"
 MAX_SPLIT_BYTES = "maxSplitBytes"
+#: How executors reach an object-store warehouse (``catalog.StorageOptions``), one option each.
+#: The secret ones match Spark's default ``spark.redaction.regex`` (secret|token|access.key),
+#: so Spark masks them in plans and its UI as well.
+STORAGE_OPTIONS = {
+    "storage.region": "region",
+    "storage.endpoint": "endpoint",
+    "storage.pathStyle": "path_style",
+    "storage.accessKey": "access_key",
+    "storage.secretKey": "secret_key",
+    "storage.sessionToken": "session_token",
+    "storage.anonymous": "anonymous",
+}
 
 #: Largest plain-file group one Spark task reads, like ``spark.sql.files.maxPartitionBytes``.
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
 
-_KNOWN = (TABLE, PATH, CATALOG, CATALOG_SCHEMA, VERSION_AS_OF, TIMESTAMP_AS_OF, MAX_SPLIT_BYTES)
+_KNOWN = (
+    TABLE,
+    PATH,
+    CATALOG,
+    CATALOG_SCHEMA,
+    VERSION_AS_OF,
+    TIMESTAMP_AS_OF,
+    MAX_SPLIT_BYTES,
+    *STORAGE_OPTIONS,
+)
 _BY_LOWER = {name.lower(): name for name in _KNOWN}
 
 
@@ -44,6 +68,9 @@ class ReadOptions:
     as_of: dt.datetime | None = None
     max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
     catalog_schema: str = DEFAULT_SCHEMA
+    #: Travels to the executors inside each input partition (they read the files); its keys
+    #: are ``SecretStr``, masked wherever the options are shown.
+    storage: StorageOptions = field(default=DEFAULT_STORAGE, repr=False)
 
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
@@ -65,7 +92,22 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_split_bytes=_positive(MAX_SPLIT_BYTES, given.get(MAX_SPLIT_BYTES))
         or DEFAULT_MAX_SPLIT_BYTES,
         catalog_schema=_schema(given),
+        storage=_storage(given),
     )
+
+
+def _storage(given: Mapping[str, str]) -> StorageOptions:
+    """The ``storage.*`` options; none given: the store's standard credential chain."""
+    values = {STORAGE_OPTIONS[k]: v for k, v in given.items() if k in STORAGE_OPTIONS}
+    if not values:
+        return DEFAULT_STORAGE
+    try:
+        return StorageOptions.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        field_name = str(error["loc"][0]) if error["loc"] else ""
+        option = next((k for k, v in STORAGE_OPTIONS.items() if v == field_name), "storage")
+        raise ReadOptionError(option, error["msg"]) from None
 
 
 def _schema(given: Mapping[str, str]) -> str:

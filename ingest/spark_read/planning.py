@@ -7,22 +7,22 @@
   consecutive files of at most ``max_split_bytes`` (a larger file is a group of its own), after
   files whose statistics exclude the filter have been left out.
 
-Each input partition carries everything its executor needs - the table location and schema,
-primary key, sequence column, the files as :class:`~catalog.model.DataFile` JSON, the columns and
-the pushed predicates - so executors never connect to the catalog, and every task reads the same
-version: the one resolved once on the driver.
+Each input partition carries everything its executor needs - the table location, the storage
+options to reach it, the schema, primary key, sequence column, the files as
+:class:`~catalog.model.DataFile` JSON, the columns and the pushed predicates - so executors never
+connect to the catalog, and every task reads the same version: the one resolved once on the driver.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from catalog import DataFile, PartitionScan
-from catalog.files import Predicate, may_contain
+from catalog import DataFile, PartitionScan, StorageOptions
+from catalog.files import DEFAULT_STORAGE, Predicate, Storage, may_contain, storage_for
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ class ReadSpec:
     """Filters Spark pushed and left to the reader: they must filter rows exactly."""
     output: pa.Schema
     """The Arrow form of the Spark schema: batches must match it exactly."""
+    storage: StorageOptions = field(default=DEFAULT_STORAGE, repr=False)
+    """How executors reach an object-store location (keys are secrets, masked in repr)."""
+
+    def files(self) -> Storage:
+        return storage_for(self.location, self.storage)
 
 
 @dataclass(frozen=True)

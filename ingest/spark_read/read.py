@@ -49,7 +49,7 @@ def _batches(part: LakestreamPartition) -> Iterator[pa.RecordBatch]:
     row_filter = list(spec.predicates) or None
     if part.merge:
         return read_merged(
-            spec.location,
+            spec.files(),
             part.data_files(),
             spec.schema,
             spec.primary_key,
@@ -58,7 +58,7 @@ def _batches(part: LakestreamPartition) -> Iterator[pa.RecordBatch]:
             row_filter=row_filter,
         )
     return read_files(
-        spec.location, part.data_files(), spec.schema, columns=spec.columns, row_filter=row_filter
+        spec.files(), part.data_files(), spec.schema, columns=spec.columns, row_filter=row_filter
     )
 
 

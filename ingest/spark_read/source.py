@@ -139,6 +139,7 @@ class LakestreamReader(DataSourceReader):
         self._columns = dict(columns)
         self._output = output
         self._max_split_bytes = settings.max_split_bytes
+        self._storage = settings.storage
         self._predicates: list[Predicate] = []
 
     def __getstate__(self) -> dict[str, Any]:
@@ -194,6 +195,7 @@ class LakestreamReader(DataSourceReader):
             columns=tuple(c.name for c in self._columns.values()),
             predicates=tuple(self._predicates),
             output=self._output,
+            storage=self._storage,
         )
 
     def _log_plan(self, scan: Scan, parts: Sequence[LakestreamPartition]) -> None:

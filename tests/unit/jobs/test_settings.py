@@ -56,7 +56,7 @@ def test_the_environment_overrides_the_file_key_by_key(
     settings = load(tmp_path, config())
     assert settings.kafka.bootstrap_servers == "other:9092"
     assert settings.catalog.dsn.get_secret_value() == "postgresql://env@db2/lake"
-    assert settings.catalog.warehouse == Path("/wh")  # the rest of the section: the file's
+    assert settings.catalog.warehouse == "/wh"  # the rest of the section: the file's
     assert settings.log_level is LogLevel.DEBUG
 
 
@@ -75,7 +75,7 @@ def test_the_old_catalog_names_still_work_for_every_command(
     monkeypatch.setenv("LAKESTREAM_CATALOG_DSN", "postgresql://old@db/lake")
     monkeypatch.setenv("LAKESTREAM_WAREHOUSE", "/old")
     assert CommandSettings().catalog.required_dsn() == "postgresql://old@db/lake"
-    assert CompactorSettings().catalog.warehouse == Path("/old")
+    assert CompactorSettings().catalog.warehouse == "/old"
     monkeypatch.setenv("LAKESTREAM_CATALOG__DSN", "postgresql://new@db/lake")
     assert CommandSettings().catalog.required_dsn() == "postgresql://new@db/lake"
 
