@@ -4,5 +4,6 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
     "tests.fixtures.spark",
+    "tests.fixtures.spark_cluster",
     "tests.fixtures.outage",
 ]

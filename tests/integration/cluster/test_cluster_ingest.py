@@ -1,0 +1,196 @@
+"""The ingest job on a real Spark standalone cluster (a master and two worker JVMs), end to end
+from real Debezium: PostgreSQL -> Debezium (pgoutput) -> broker -> ingest on the cluster -> lake.
+
+The job is launched the two ways an operator launches it - ``spark.master: spark://...`` in its
+file, and ``spark-submit --master spark://... --py-files`` with ``spark.master: null`` - by a
+driver process that cannot see the warehouse's files while the executors cannot see the
+driver's disk (:mod:`tests.fixtures.spark_cluster`). So a lake equal to the source proves that
+the executors wrote every data file, and an empty driver disk in the executors' view proves
+that they never needed the driver's (its checkpoint included).
+
+A third test kills one worker, with its executor and Python workers, mid-stream: Spark runs the
+lost work on the other worker and the lake still equals the source, every record once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from catalog import Catalog
+from jobs.localpg import LocalPostgres
+from tests.fixtures.broker import KafkaTestHelper
+from tests.fixtures.debezium import (
+    CapturedEvent,
+    PostgresSource,
+    create_source_database,
+    drop_source_database,
+)
+from tests.fixtures.spark_cluster import SparkCluster
+from tests.fixtures.waits import wait_for
+from tests.integration.cluster.support import (
+    LAKE_TABLE,
+    assert_ran,
+    capture,
+    cli_command,
+    dead_letters,
+    driver_env,
+    finish_driver,
+    job_file,
+    lake_rows,
+    project_zip,
+    run_driver,
+    source_rows,
+    start_driver,
+    submit_command,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+APP_NAME = "lakestream-orders-cdc"
+
+
+@pytest.fixture
+def source_db(pg_server: LocalPostgres) -> Iterator[PostgresSource]:
+    name = create_source_database(pg_server)
+    yield PostgresSource(pg_server.port, name, table="public.orders")
+    drop_source_database(pg_server, name)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every cluster test uses: the cluster, the catalog, the shared warehouse, a broker."""
+
+    cluster: SparkCluster
+    dsn: str
+    warehouse: str
+    lake: Catalog
+    """The test's own view of the catalog and the warehouse, as a reader on any host has."""
+    kafka: KafkaTestHelper
+
+    def job(self, topic: str, master: str | None, **extra: Any) -> Path:
+        """A job file in a new directory on the driver's disk (its checkpoint goes beside)."""
+        job_dir = self.cluster.driver_dir(f"job-{uuid.uuid4().hex[:8]}")
+        return job_file(
+            job_dir / "ingest.yaml",
+            dsn=self.dsn,
+            warehouse=self.warehouse,
+            topic=topic,
+            master=master,
+            bootstrap_servers=self.kafka.bootstrap_servers,
+            **extra,
+        )
+
+    def driver(self, argv: list[str]) -> list[str]:
+        return self.cluster.driver_command(self.warehouse, argv)
+
+
+@pytest.fixture
+def setting(
+    spark_cluster: SparkCluster, catalog_dsn: str, cluster_warehouse: str, kafka: KafkaTestHelper
+) -> Iterator[Setting]:
+    lake = Catalog.connect(catalog_dsn, warehouse=cluster_warehouse)
+    yield Setting(spark_cluster, catalog_dsn, cluster_warehouse, lake, kafka)
+    lake.close()
+
+
+def captured(
+    kafka: KafkaTestHelper, source: PostgresSource, tmp_path: Path, rows: int
+) -> tuple[str, list[CapturedEvent]]:
+    """A topic holding Debezium's events of ``rows`` rows and their changes, as produced."""
+    topic = kafka.topic(partitions=2)
+    events = capture(source, tmp_path / "debezium", f"ls{uuid.uuid4().hex[:8]}", rows)
+    kafka.produce(topic, [(e.key, e.value) for e in events])
+    return topic, events
+
+
+@pytest.mark.parametrize("launch", ["spark.master setting", "spark-submit"])
+def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
+    launch: str, setting: Setting, source_db: PostgresSource, tmp_path: Path
+) -> None:
+    topic, events = captured(setting.kafka, source_db, tmp_path, rows=300)
+    cluster = setting.cluster
+    if launch == "spark.master setting":
+        config = setting.job(topic, master=cluster.master_url)
+        argv, env = cli_command(config), driver_env()
+    else:  # nothing on the PYTHONPATH: the project reaches driver and executors as a zip
+        config = setting.job(topic, master=None)
+        argv = submit_command(cluster, config, project_zip(config.parent / "lakestream.zip"))
+        env = {k: v for k, v in driver_env().items() if k != "PYTHONPATH"}
+
+    run = run_driver(setting.driver(argv), env, config.parent / "driver.log")
+
+    assert_ran(run)
+    assert sum(e["records"] for e in run.named("batch_committed")) == len(events)
+    assert lake_rows(setting.lake) == source_rows(source_db)
+    assert dead_letters(setting.lake) == []
+    assert_the_work_was_the_executors(cluster, config.parent, setting.lake)
+
+
+def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
+    setting: Setting, source_db: PostgresSource, tmp_path: Path
+) -> None:
+    topic, events = captured(setting.kafka, source_db, tmp_path, rows=3000)
+    cluster, lake = setting.cluster, setting.lake
+    # ~20 batches: a stream, not one batch
+    config = setting.job(topic, cluster.master_url, source={"max_offsets_per_trigger": 200})
+    driver = start_driver(
+        setting.driver(cli_command(config)), driver_env(), config.parent / "driver.log"
+    )
+    try:
+        wait_for(lambda: _batches_committed(lake) >= 2, "two batches committed", timeout=120)
+        cluster.live_workers()[0].kill()
+        killed_at = _batches_committed(lake)
+        run = finish_driver(driver, config.parent / "driver.log")
+    finally:
+        _replace_dead_workers(cluster)
+
+    assert_ran(run)
+    committed = run.named("batch_committed")
+    assert killed_at < len(committed), "the job ended before the worker was killed"
+    assert any("lost" in line.lower() for line in run.other), run.describe()  # Spark noticed
+    assert sum(e["records"] for e in committed) == len(events)  # each record once
+    progress = lake.writer_progress("orders-cdc")
+    assert progress is not None
+    assert sum(progress.source_offsets[topic].values()) == len(events)
+    assert lake_rows(lake) == source_rows(source_db)
+    assert dead_letters(lake) == []
+
+
+def assert_the_work_was_the_executors(cluster: SparkCluster, job_dir: Path, lake: Catalog) -> None:
+    """The data files are where only executors could write them; the executors ran under the
+    master; the driver's checkpoint is on the driver's disk and nothing of it reached theirs."""
+    listed = {
+        Path(f.path).name for p in lake.load_table(LAKE_TABLE).scan().partitions() for f in p.files
+    }
+    assert listed
+    assert listed <= {f.name for f in Path(str(lake.warehouse)).rglob("*.parquet")}
+    assert (job_dir / "checkpoint" / "offsets").is_dir()
+    assert cluster.worker_view(cluster.driver_disk) == []
+    apps = [a for a in _applications(cluster) if a["name"] == APP_NAME]
+    assert apps, cluster.state()
+    assert any(log.parts[-3] == apps[-1]["id"] for log in cluster.executor_logs())
+
+
+def _applications(cluster: SparkCluster) -> list[dict[str, str]]:
+    state = cluster.state()
+    found: list[dict[str, str]] = []
+    for key in ("activeapps", "completedapps"):
+        found += state.get(key, [])  # type: ignore[arg-type]
+    return found
+
+
+def _batches_committed(lake: Catalog) -> int:
+    progress = lake.writer_progress("orders-cdc")
+    return -1 if progress is None else progress.batch_id + 1
+
+
+def _replace_dead_workers(cluster: SparkCluster) -> None:
+    """Keep the session's cluster at full strength for the tests that follow."""
+    while len(cluster.live_workers()) < 2:
+        cluster.start_worker()
+    cluster.wait_for_workers(2)
