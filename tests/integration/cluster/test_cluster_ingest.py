@@ -31,7 +31,7 @@ from tests.fixtures.debezium import (
     create_source_database,
     drop_source_database,
 )
-from tests.fixtures.spark_cluster import SparkCluster
+from tests.fixtures.spark_cluster import SparkCluster, SparkWorker
 from tests.fixtures.waits import wait_for
 from tests.integration.cluster.support import (
     LAKE_TABLE,
@@ -134,7 +134,7 @@ def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
 def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
     setting: Setting, source_db: PostgresSource, tmp_path: Path
 ) -> None:
-    topic, events = captured(setting.kafka, source_db, tmp_path, rows=3000)
+    topic, events = captured(setting.kafka, source_db, tmp_path, rows=2000)
     cluster, lake = setting.cluster, setting.lake
     # ~20 batches: a stream, not one batch
     config = setting.job(topic, cluster.master_url, source={"max_offsets_per_trigger": 200})
@@ -142,9 +142,11 @@ def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
         setting.driver(cli_command(config)), driver_env(), config.parent / "driver.log"
     )
     try:
-        wait_for(lambda: _batches_committed(lake) >= 2, "two batches committed", timeout=120)
-        cluster.live_workers()[0].kill()
+        wait_for(lambda: _batches_committed(lake) >= 2, "two batches committed", timeout=180)
+        busy = wait_for(lambda: _busy_worker(cluster), "a task running on a worker", every=0.05)
+        busy.kill()
         killed_at = _batches_committed(lake)
+        in_flight = busy.running_tasks()  # its log as the worker died
         run = finish_driver(driver, config.parent / "driver.log")
     finally:
         _replace_dead_workers(cluster)
@@ -152,7 +154,10 @@ def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
     assert_ran(run)
     committed = run.named("batch_committed")
     assert killed_at < len(committed), "the job ended before the worker was killed"
-    assert any("lost" in line.lower() for line in run.other), run.describe()  # Spark noticed
+    assert any("Lost executor" in line for line in run.other), run.describe()
+    assert in_flight, "the task on the killed worker finished before the kill"
+    rerun = {(t.stage, t.index) for w in cluster.live_workers() for t in w.tasks("Finished")}
+    assert {(t.stage, t.index) for t in in_flight} <= rerun  # on the other worker
     assert sum(e["records"] for e in committed) == len(events)  # each record once
     progress = lake.writer_progress("orders-cdc")
     assert progress is not None
@@ -187,6 +192,10 @@ def _applications(cluster: SparkCluster) -> list[dict[str, str]]:
 def _batches_committed(lake: Catalog) -> int:
     progress = lake.writer_progress("orders-cdc")
     return -1 if progress is None else progress.batch_id + 1
+
+
+def _busy_worker(cluster: SparkCluster) -> SparkWorker | None:
+    return next((w for w in cluster.live_workers() if w.running_tasks()), None)
 
 
 def _replace_dead_workers(cluster: SparkCluster) -> None:
