@@ -54,10 +54,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 APP_NAME = "lakestream-orders-cdc"
 
 
-@pytest.fixture
-def source_db(pg_server: LocalPostgres) -> Iterator[PostgresSource]:
+@dataclass(frozen=True)
+class Source:
+    """A source table captured once for the module: its rows, and Debezium's events of them."""
+
+    db: PostgresSource
+    events: list[CapturedEvent]
+    rows: dict[object, dict[str, object]]
+
+
+@pytest.fixture(scope="module")
+def source(pg_server: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
+    """2,000 rows snapshotted, then updated, deleted and inserted: ~2,800 events, enough for
+    a stream of many small batches. Each test sends them to a topic of its own."""
     name = create_source_database(pg_server)
-    yield PostgresSource(pg_server.port, name, table="public.orders")
+    db = PostgresSource(pg_server.port, name, table="public.orders")
+    workdir = tmp_path_factory.mktemp("debezium")
+    events = capture(db, workdir, f"ls{uuid.uuid4().hex[:8]}", rows=2000)
+    yield Source(db, events, source_rows(db))
     drop_source_database(pg_server, name)
 
 
@@ -98,21 +112,18 @@ def setting(
     lake.close()
 
 
-def captured(
-    kafka: KafkaTestHelper, source: PostgresSource, tmp_path: Path, rows: int
-) -> tuple[str, list[CapturedEvent]]:
-    """A topic holding Debezium's events of ``rows`` rows and their changes, as produced."""
+def produced(kafka: KafkaTestHelper, source: Source) -> str:
+    """A new topic holding the source's events, as Debezium produced them."""
     topic = kafka.topic(partitions=2)
-    events = capture(source, tmp_path / "debezium", f"ls{uuid.uuid4().hex[:8]}", rows)
-    kafka.produce(topic, [(e.key, e.value) for e in events])
-    return topic, events
+    kafka.produce(topic, [(e.key, e.value) for e in source.events])
+    return topic
 
 
 @pytest.mark.parametrize("launch", ["spark.master setting", "spark-submit"])
 def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
-    launch: str, setting: Setting, source_db: PostgresSource, tmp_path: Path
+    launch: str, setting: Setting, source: Source
 ) -> None:
-    topic, events = captured(setting.kafka, source_db, tmp_path, rows=300)
+    topic = produced(setting.kafka, source)
     cluster = setting.cluster
     if launch == "spark.master setting":
         config = setting.job(topic, master=cluster.master_url)
@@ -125,16 +136,16 @@ def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
     run = run_driver(setting.driver(argv), env, config.parent / "driver.log")
 
     assert_ran(run)
-    assert sum(e["records"] for e in run.named("batch_committed")) == len(events)
-    assert lake_rows(setting.lake) == source_rows(source_db)
+    assert sum(e["records"] for e in run.named("batch_committed")) == len(source.events)
+    assert lake_rows(setting.lake) == source.rows
     assert dead_letters(setting.lake) == []
     assert_the_work_was_the_executors(cluster, config.parent, setting.lake)
 
 
 def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
-    setting: Setting, source_db: PostgresSource, tmp_path: Path
+    setting: Setting, source: Source
 ) -> None:
-    topic, events = captured(setting.kafka, source_db, tmp_path, rows=2000)
+    topic = produced(setting.kafka, source)
     cluster, lake = setting.cluster, setting.lake
     # ~20 batches: a stream, not one batch
     config = setting.job(topic, cluster.master_url, source={"max_offsets_per_trigger": 200})
@@ -158,11 +169,11 @@ def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
     assert in_flight, "the task on the killed worker finished before the kill"
     rerun = {(t.stage, t.index) for w in cluster.live_workers() for t in w.tasks("Finished")}
     assert {(t.stage, t.index) for t in in_flight} <= rerun  # on the other worker
-    assert sum(e["records"] for e in committed) == len(events)  # each record once
+    assert sum(e["records"] for e in committed) == len(source.events)  # each record once
     progress = lake.writer_progress("orders-cdc")
     assert progress is not None
-    assert sum(progress.source_offsets[topic].values()) == len(events)
-    assert lake_rows(lake) == source_rows(source_db)
+    assert sum(progress.source_offsets[topic].values()) == len(source.events)
+    assert lake_rows(lake) == source.rows
     assert dead_letters(lake) == []
 
 
