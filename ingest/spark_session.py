@@ -49,12 +49,8 @@ def local_spark(app_name: str, extra_conf: dict[str, str] | None = None) -> Spar
 
     Settings that only a new JVM can take (memory, master) apply only if no session exists yet.
     """
-    master = (extra_conf or {}).get("spark.master", _LOCAL_CONF["spark.master"])
-    local = master.startswith("local")
-    _prepare_environment(loopback=local)
-    defaults = {**_LOCAL_CONF, **(_LOOPBACK_CONF if local else {})}
-    defaults["spark.executorEnv.PYTHONPATH"] = os.environ["PYTHONPATH"]
-    conf = {**defaults, **(extra_conf or {}), "spark.app.name": app_name}
+    conf = session_conf(app_name, extra_conf or {}, _source_path())
+    _prepare_environment(conf["spark.executorEnv.PYTHONPATH"], loopback=is_local(conf))
     if SparkContext._gateway is None:  # no JVM yet (a stopped context keeps its JVM)
         _start_context(conf)
     builder = SparkSession.builder.appName(app_name)
@@ -72,11 +68,28 @@ def _start_context(conf: dict[str, str]) -> SparkContext:
     return SparkContext(conf=spark_conf, gateway=gateway)
 
 
-def _prepare_environment(*, loopback: bool) -> None:
+def session_conf(app_name: str, extra_conf: dict[str, str], pythonpath: str) -> dict[str, str]:
+    """The session's settings: the defaults, loopback for local masters only, the driver's
+    ``pythonpath`` for the executors; ``extra_conf`` wins over all of them."""
+    local = is_local(extra_conf)
+    defaults = {**_LOCAL_CONF, **(_LOOPBACK_CONF if local else {})}
+    defaults["spark.executorEnv.PYTHONPATH"] = pythonpath
+    return {**defaults, **extra_conf, "spark.app.name": app_name}
+
+
+def is_local(conf: dict[str, str]) -> bool:
+    return conf.get("spark.master", _LOCAL_CONF["spark.master"]).startswith("local")
+
+
+def _source_path() -> str:
+    """``PYTHONPATH`` with this project's root first (it may be used from a checkout)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(paths if _SOURCE_ROOT in paths else [_SOURCE_ROOT, *paths])
+
+
+def _prepare_environment(pythonpath: str, *, loopback: bool) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = pythonpath
     if loopback:
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if _SOURCE_ROOT not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE_ROOT, *paths])
