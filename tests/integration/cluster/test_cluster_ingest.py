@@ -14,6 +14,7 @@ lost work on the other worker and the lake still equals the source, every record
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -139,7 +140,10 @@ def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
     assert sum(e["records"] for e in run.named("batch_committed")) == len(source.events)
     assert lake_rows(setting.lake) == source.rows
     assert dead_letters(setting.lake) == []
-    assert_the_work_was_the_executors(cluster, config.parent, setting.lake)
+    executor_logs = assert_the_work_was_the_executors(cluster, config.parent, setting.lake)
+    if launch == "spark-submit":  # the zip came from the driver's file server, no shared disk
+        fetched = re.compile(r"Executor: Fetching spark://127\.0\.0\.1:\d+/files/lakestream\.zip ")
+        assert any(fetched.search(log.read_text("utf-8", "replace")) for log in executor_logs)
 
 
 def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
@@ -177,9 +181,12 @@ def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
     assert dead_letters(lake) == []
 
 
-def assert_the_work_was_the_executors(cluster: SparkCluster, job_dir: Path, lake: Catalog) -> None:
+def assert_the_work_was_the_executors(
+    cluster: SparkCluster, job_dir: Path, lake: Catalog
+) -> list[Path]:
     """The data files are where only executors could write them; the executors ran under the
-    master; the driver's checkpoint is on the driver's disk and nothing of it reached theirs."""
+    master; the driver's checkpoint is on the driver's disk and nothing of it reached theirs.
+    Returns the logs of the application's executors."""
     listed = {
         Path(f.path).name for p in lake.load_table(LAKE_TABLE).scan().partitions() for f in p.files
     }
@@ -187,17 +194,23 @@ def assert_the_work_was_the_executors(cluster: SparkCluster, job_dir: Path, lake
     assert listed <= {f.name for f in Path(str(lake.warehouse)).rglob("*.parquet")}
     assert (job_dir / "checkpoint" / "offsets").is_dir()
     assert cluster.worker_view(cluster.driver_disk) == []
-    apps = [a for a in _applications(cluster) if a["name"] == APP_NAME]
-    assert apps, cluster.state()
-    assert any(log.parts[-3] == apps[-1]["id"] for log in cluster.executor_logs())
+    app = _latest_application(cluster)
+    logs = [log for log in cluster.executor_logs() if log.parts[-3] == app]
+    assert logs, cluster.state()
+    return logs
 
 
-def _applications(cluster: SparkCluster) -> list[dict[str, str]]:
+def _latest_application(cluster: SparkCluster) -> str:
+    """The id of the job's newest application, as the master lists them."""
     state = cluster.state()
-    found: list[dict[str, str]] = []
-    for key in ("activeapps", "completedapps"):
-        found += state.get(key, [])  # type: ignore[arg-type]
-    return found
+    apps: list[dict[str, Any]] = [
+        app
+        for key in ("activeapps", "completedapps")
+        for app in state.get(key, [])  # type: ignore[attr-defined]
+        if app["name"] == APP_NAME
+    ]
+    assert apps, state
+    return str(max(apps, key=lambda app: int(app["starttime"]))["id"])
 
 
 def _batches_committed(lake: Catalog) -> int:
