@@ -6,7 +6,12 @@ Local mode needs a few things set before the JVM starts, each learned the hard w
   which lacks pyarrow, and fail with "Python worker failed to connect back";
 * they must be able to import this project's packages (``PYTHONPATH``) when it is used from a
   checkout rather than installed: the Kafka source's classes are unpickled on the workers;
-* everything binds to loopback (``SPARK_LOCAL_IP``), and the UI is off;
+* everything binds to loopback (``SPARK_LOCAL_IP``), and the UI is off - in local mode only: with
+  a cluster master (``spark://``, ``k8s://``, ``yarn``) the executors must reach the driver at
+  an address of the host, which Spark picks unless ``spark.driver.host`` says otherwise;
+* executors of a cluster start from the worker's environment, not the driver's, so the driver's
+  ``PYTHONPATH`` goes to them as ``spark.executorEnv.PYTHONPATH`` (right when this project sits
+  at the same path on every node; otherwise install it there, or ship it with ``--py-files``);
 * the JVM runs in a session (process group) of its own. systemd and container runtimes stop a
   service by sending SIGTERM to its whole process group: a JVM in the driver's group would die
   at once, mid-batch, and take the driver down with a py4j traceback, when the driver wants to
@@ -31,12 +36,11 @@ _LOCAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.session.timeZone": "UTC",
     # Queries without a checkpoint location (memory sinks in tests) may delete their temp dirs.
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
 }
+_LOOPBACK_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 _SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -45,8 +49,8 @@ def local_spark(app_name: str, extra_conf: dict[str, str] | None = None) -> Spar
 
     Settings that only a new JVM can take (memory, master) apply only if no session exists yet.
     """
-    _prepare_environment()
-    conf = {**_LOCAL_CONF, **(extra_conf or {}), "spark.app.name": app_name}
+    conf = session_conf(app_name, extra_conf or {}, _source_path())
+    _prepare_environment(conf["spark.executorEnv.PYTHONPATH"], loopback=is_local(conf))
     if SparkContext._gateway is None:  # no JVM yet (a stopped context keeps its JVM)
         _start_context(conf)
     builder = SparkSession.builder.appName(app_name)
@@ -64,10 +68,28 @@ def _start_context(conf: dict[str, str]) -> SparkContext:
     return SparkContext(conf=spark_conf, gateway=gateway)
 
 
-def _prepare_environment() -> None:
+def session_conf(app_name: str, extra_conf: dict[str, str], pythonpath: str) -> dict[str, str]:
+    """The session's settings: the defaults, loopback for local masters only, the driver's
+    ``pythonpath`` for the executors; ``extra_conf`` wins over all of them."""
+    local = is_local(extra_conf)
+    defaults = {**_LOCAL_CONF, **(_LOOPBACK_CONF if local else {})}
+    defaults["spark.executorEnv.PYTHONPATH"] = pythonpath
+    return {**defaults, **extra_conf, "spark.app.name": app_name}
+
+
+def is_local(conf: dict[str, str]) -> bool:
+    return conf.get("spark.master", _LOCAL_CONF["spark.master"]).startswith("local")
+
+
+def _source_path() -> str:
+    """``PYTHONPATH`` with this project's root first (it may be used from a checkout)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(paths if _SOURCE_ROOT in paths else [_SOURCE_ROOT, *paths])
+
+
+def _prepare_environment(pythonpath: str, *, loopback: bool) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if _SOURCE_ROOT not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE_ROOT, *paths])
+    os.environ["PYTHONPATH"] = pythonpath
+    if loopback:
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

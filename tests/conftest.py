@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
     "tests.fixtures.spark",
+    "tests.fixtures.spark_cluster",
     "tests.fixtures.outage",
     "tests.fixtures.s3",
 ]

@@ -5,7 +5,10 @@
   one ``EnvVarConfigProvider`` reads (``allowlist.pattern``, Kafka 3.5+) and its pattern is
   matched against the whole variable name (``Matcher.matches()``);
 * the compactor service runs the ``lakestream compactor`` command the CLI really has;
-* the smoke script parses.
+* the smoke script parses;
+* the Spark cluster variants (``compose.spark.yaml``, ``k8s/``) submit the CLI's own file from
+  where the image installs it, with arguments the CLI takes, ``spark.master: null``, and the
+  warehouse mounted where the executors write it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ EXACT_TAGS: dict[str, str] = {
     "quay.io/debezium/connect": r"\d+\.\d+\.\d+\.Final",
     "debezium/connect": r"\d+\.\d+\.\d+\.Final",
     "curlimages/curl": r"\d+\.\d+\.\d+",
+    "apache/spark": r"\d+\.\d+\.\d+(-[a-z0-9.]+)*",
 }
 
 #: Where the Debezium image turns CONNECT_* variables into worker properties, and the
@@ -77,8 +81,8 @@ def pulled_images() -> dict[str, str]:
     }
 
 
-def dockerfile_bases() -> list[str]:
-    text = (DOCKER / "Dockerfile").read_text()
+def dockerfile_bases(path: Path = DOCKER / "Dockerfile") -> list[str]:
+    text = path.read_text()
     args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
     bases = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
     resolved = [re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], b) for b in bases]
@@ -207,3 +211,104 @@ def test_smoke_script_parses_and_is_executable() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert script.stat().st_mode & 0o111
+
+
+# -- the ingest job on a Spark cluster ------------------------------------------------------------
+
+SPARK_OVERRIDE = DOCKER / "compose.spark.yaml"
+K8S_JOB = DOCKER / "k8s" / "ingest-job.yaml"
+K8S_DOCKERFILE = DOCKER / "k8s" / "Dockerfile"
+
+
+def spark_services() -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = yaml.safe_load(SPARK_OVERRIDE.read_text())["services"]
+    return found
+
+
+def installed_cli() -> str:
+    """Where the lakestream image installs ``jobs/cli.py``: its virtualenv, its Python."""
+    base = dict(re.findall(r"^ARG (\w+)=(\S+)$", (DOCKER / "Dockerfile").read_text(), re.M))
+    version = re.match(r"python:(\d+\.\d+)\.", base["PYTHON_IMAGE"])
+    assert version is not None
+    return f"/opt/lakestream/venv/lib/python{version.group(1)}/site-packages/jobs/cli.py"
+
+
+def submitted(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """spark-submit's ``--conf``s and options, and the application's arguments (after its file)."""
+    app_at = argv.index(installed_cli())
+    options, conf = argv[:app_at], {}
+    for i, arg in enumerate(options):
+        if arg == "--conf":
+            key, _, value = options[i + 1].partition("=")
+            conf[key] = value
+        elif arg.startswith("--") and i + 1 < len(options):
+            conf[arg] = options[i + 1]
+    return conf, argv[app_at + 1 :]
+
+
+def test_the_spark_override_runs_every_node_on_the_lakestream_image() -> None:
+    """Same Python, PySpark and lakestream on driver and executors: nothing pulled."""
+    image = services()["ingest"]["image"]
+    spark = spark_services()
+    assert {name: svc.get("image", image) for name, svc in spark.items()} == dict.fromkeys(
+        spark, image
+    )
+
+
+def test_the_spark_override_submits_the_ingest_job_to_its_master() -> None:
+    spark = spark_services()
+    master = spark["spark-master"]["command"]
+    assert master[0] == "org.apache.spark.deploy.master.Master"
+    url = f"spark://{master[master.index('--host') + 1]}:{master[master.index('--port') + 1]}"
+    worker = spark["spark-worker"]["command"]
+    assert worker[:2] == ["org.apache.spark.deploy.worker.Worker", url]
+    ingest = spark["ingest"]
+    assert ingest["entrypoint"] == ["spark-submit"]
+    conf, app_args = submitted(ingest["command"])
+    assert conf["--master"] == url
+    assert conf["spark.driver.host"] == "ingest"  # the service name the executors resolve
+    assert_cli_accepts(app_args)
+    assert app_args[:2] == services()["ingest"]["command"][:2]
+    assert json.loads(ingest["environment"]["LAKESTREAM_INGEST__SPARK"])["master"] is None
+
+
+def test_the_workers_write_the_warehouse_the_driver_names() -> None:
+    assert "warehouse:/data/warehouse" in spark_services()["spark-worker"]["volumes"]
+    assert yaml.safe_load((DOCKER / "ingest.yaml").read_text())["catalog"]["warehouse"] == (
+        "/data/warehouse"
+    )
+
+
+def k8s_documents() -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(K8S_JOB.read_text()) if doc}
+
+
+def test_the_k8s_job_submits_the_ingest_job_to_kubernetes() -> None:
+    docs = k8s_documents()
+    container = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["spark-submit"]
+    conf, app_args = submitted(container["args"])
+    assert conf["--master"].startswith("k8s://https://")
+    assert conf["--deploy-mode"] == "client"
+    assert conf["spark.kubernetes.container.image"] == container["image"]
+    assert_cli_accepts(app_args)
+    config = yaml.safe_load(docs["ConfigMap"]["data"]["ingest.yaml"])
+    assert config["spark"]["master"] is None
+    prefix = "spark.kubernetes.executor.volumes.persistentVolumeClaim.warehouse."
+    assert conf[prefix + "mount.path"] == config["catalog"]["warehouse"]
+    claim = conf[prefix + "options.claimName"]
+    claims = [
+        d for d in yaml.safe_load_all(K8S_JOB.read_text()) if d["kind"] == "PersistentVolumeClaim"
+    ]
+    assert {"ReadWriteMany"} == {
+        m for c in claims if c["metadata"]["name"] == claim for m in c["spec"]["accessModes"]
+    }
+
+
+def test_the_k8s_image_takes_sparks_entrypoint_from_an_exact_release() -> None:
+    bases = dockerfile_bases(K8S_DOCKERFILE)
+    spark = [b for b in bases if b.startswith("apache/spark:")]
+    assert spark and all(is_exact(b) for b in spark)
+    text = K8S_DOCKERFILE.read_text()
+    assert 'ENTRYPOINT ["/opt/entrypoint.sh"]' in text
+    assert f"ENV SPARK_HOME={installed_cli().removesuffix('jobs/cli.py')}pyspark" in text
