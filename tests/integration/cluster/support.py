@@ -20,6 +20,7 @@ import psycopg
 import yaml
 
 from catalog import Catalog
+from catalog.files.storage import StorageOptions
 from tests.fixtures.debezium import CapturedEvent, DebeziumCapture, PostgresSource
 from tests.fixtures.ingest_cli import CliRun
 from tests.fixtures.jsonlog import split_log
@@ -104,7 +105,14 @@ def dead_letters(catalog: Catalog) -> list[Row]:
 
 
 def job_file(
-    path: Path, *, dsn: str, warehouse: str, topic: str, master: str | None, **extra: Any
+    path: Path,
+    *,
+    dsn: str,
+    warehouse: str,
+    storage: StorageOptions | None,
+    topic: str,
+    master: str | None,
+    **extra: Any,
 ) -> Path:
     """The job's YAML: ``master: None`` leaves the master to spark-submit."""
     spark: dict[str, Any] = {"master": master}
@@ -113,7 +121,7 @@ def job_file(
         spark["conf"] = {"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"}
     config = {
         "job": "orders-cdc",
-        "catalog": {"dsn": dsn, "warehouse": warehouse},
+        "catalog": {"dsn": dsn, "warehouse": warehouse, **_storage_section(storage)},
         "kafka": {"bootstrap_servers": extra.pop("bootstrap_servers")},
         "source": {"topics": [topic], **extra.pop("source", {})},
         "tables": {"debezium_topic_tables": {topic: LAKE_TABLE}, "hash_buckets": 2},
@@ -123,6 +131,17 @@ def job_file(
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def _storage_section(storage: StorageOptions | None) -> dict[str, Any]:
+    """The job's ``catalog.storage`` settings (keys in clear: the file is the test's own)."""
+    if storage is None:
+        return {}
+    plain = storage.model_dump(exclude_none=True)
+    for secret in ("access_key", "secret_key", "session_token"):
+        if secret in plain:
+            plain[secret] = plain[secret].get_secret_value()
+    return {"storage": plain}
 
 
 def driver_env() -> dict[str, str]:

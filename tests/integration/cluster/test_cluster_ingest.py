@@ -2,11 +2,13 @@
 from real Debezium: PostgreSQL -> Debezium (pgoutput) -> broker -> ingest on the cluster -> lake.
 
 The job is launched the two ways an operator launches it - ``spark.master: spark://...`` in its
-file, and ``spark-submit --master spark://... --py-files`` with ``spark.master: null`` - by a
-driver process that cannot see the warehouse's files while the executors cannot see the
-driver's disk (:mod:`tests.fixtures.spark_cluster`). So a lake equal to the source proves that
-the executors wrote every data file, and an empty driver disk in the executors' view proves
-that they never needed the driver's (its checkpoint included).
+file, and ``spark-submit --master spark://... --py-files`` with ``spark.master: null`` - while
+the executors cannot see the driver's disk (:mod:`tests.fixtures.spark_cluster`); an empty
+driver disk in the executors' view proves that they never needed the driver's (its checkpoint
+included). The spark-submit run and the kill test keep the warehouse on the S3 server (the
+deployment the issue asks for); the ``spark.master`` run keeps it in a local directory that the
+driver process cannot see, so a lake equal to the source proves that the executors wrote every
+data file.
 
 A third test kills one worker, with its executor and Python workers, mid-stream: Spark runs the
 lost work on the other worker and the lake still equals the source, every record once.
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 
 from catalog import Catalog
+from catalog.files.storage import StorageOptions
 from jobs.localpg import LocalPostgres
 from tests.fixtures.broker import KafkaTestHelper
 from tests.fixtures.debezium import (
@@ -83,6 +86,7 @@ class Setting:
     cluster: SparkCluster
     dsn: str
     warehouse: str
+    storage: StorageOptions | None
     lake: Catalog
     """The test's own view of the catalog and the warehouse, as a reader on any host has."""
     kafka: KafkaTestHelper
@@ -94,6 +98,7 @@ class Setting:
             job_dir / "ingest.yaml",
             dsn=self.dsn,
             warehouse=self.warehouse,
+            storage=self.storage,
             topic=topic,
             master=master,
             bootstrap_servers=self.kafka.bootstrap_servers,
@@ -105,11 +110,29 @@ class Setting:
 
 
 @pytest.fixture
+def store() -> str:
+    """Where the warehouse is: ``s3`` (the session's S3 server), or ``local`` - a directory the
+    driver cannot see, so a lake equal to the source proves the executors wrote every file."""
+    return "s3"
+
+
+@pytest.fixture
 def setting(
-    spark_cluster: SparkCluster, catalog_dsn: str, cluster_warehouse: str, kafka: KafkaTestHelper
+    request: pytest.FixtureRequest,
+    store: str,
+    spark_cluster: SparkCluster,
+    catalog_dsn: str,
+    kafka: KafkaTestHelper,
 ) -> Iterator[Setting]:
-    lake = Catalog.connect(catalog_dsn, warehouse=cluster_warehouse)
-    yield Setting(spark_cluster, catalog_dsn, cluster_warehouse, lake, kafka)
+    if store == "s3":
+        warehouse = request.getfixturevalue("cluster_warehouse")
+        storage = request.getfixturevalue("cluster_storage")
+    else:
+        shared = request.getfixturevalue("tmp_path") / "shared-warehouse"
+        shared.mkdir()
+        warehouse, storage = str(shared), None
+    lake = Catalog.connect(catalog_dsn, warehouse=warehouse, storage=storage)
+    yield Setting(spark_cluster, catalog_dsn, warehouse, storage, lake, kafka)
     lake.close()
 
 
@@ -120,7 +143,9 @@ def produced(kafka: KafkaTestHelper, source: Source) -> str:
     return topic
 
 
-@pytest.mark.parametrize("launch", ["spark.master setting", "spark-submit"])
+@pytest.mark.parametrize(
+    ("launch", "store"), [("spark.master setting", "local"), ("spark-submit", "s3")]
+)
 def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
     launch: str, setting: Setting, source: Source
 ) -> None:
@@ -187,11 +212,10 @@ def assert_the_work_was_the_executors(
     """The data files are where only executors could write them; the executors ran under the
     master; the driver's checkpoint is on the driver's disk and nothing of it reached theirs.
     Returns the logs of the application's executors."""
-    listed = {
-        Path(f.path).name for p in lake.load_table(LAKE_TABLE).scan().partitions() for f in p.files
-    }
+    table = lake.load_table(LAKE_TABLE)
+    listed = {f.path for p in table.scan().partitions() for f in p.files}
     assert listed
-    assert listed <= {f.name for f in Path(str(lake.warehouse)).rglob("*.parquet")}
+    assert listed <= {f.path for f in table.meta.files.list_files()}  # in the warehouse
     assert (job_dir / "checkpoint" / "offsets").is_dir()
     assert cluster.worker_view(cluster.driver_disk) == []
     app = _latest_application(cluster)
