@@ -59,11 +59,13 @@ JOIN partition_info p
   ON p.table_id = %(table_id)s AND p.partition_desc = r.pd AND p.version BETWEEN r.s AND r.e
 ORDER BY p.partition_desc, p.version
 
--- name: commit_file_ops
-SELECT d.partition_desc, d.commit_id, d.commit_op, d.file_ops
-FROM unnest(%(descs)s::text[], %(commit_ids)s::uuid[]) AS r(pd, cid)
+-- name: commit_manifests
+-- The manifests (migration 0008) of the named commit rows, in the order named.
+SELECT r.n, d.commit_op, d.manifest
+FROM unnest(%(descs)s::text[], %(commit_ids)s::uuid[]) WITH ORDINALITY AS r(pd, cid, n)
 JOIN data_commit_info d
   ON d.table_id = %(table_id)s AND d.partition_desc = r.pd AND d.commit_id = r.cid
+ORDER BY r.n
 
 -- name: insert_data_commits
 -- %(ops)s is ONE JSON array holding each partition's op list, in the order of %(descs)s: a

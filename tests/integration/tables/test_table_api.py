@@ -182,7 +182,7 @@ def test_reads_use_indexes_not_table_scans(catalog: Catalog, catalog_dsn):
             "ends": [heads[0].version],
         },
         "landed_since": {"table_id": tid, "descs": ["region=r1"], "base": 250},
-        "commit_file_ops": {
+        "commit_manifests": {
             "table_id": tid,
             "descs": ["region=r1"],
             "commit_ids": ids or [uuid.uuid4()],
