@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from catalog.model import ColumnStats, DataFile, FileAction
+from catalog.model import ColumnStats, DataFile, FileAction, StatValue
 
 #: Columns of a manifest line, in order (see migration 0008).
 OPS_SCHEMA = pa.schema(
@@ -46,7 +46,8 @@ _CONVERT = pacsv.ConvertOptions(
 
 @dataclass(frozen=True)
 class FileManifest:
-    """Files in columns (:data:`FILES_SCHEMA`), in commit order; stats kept as JSON text."""
+    """Files in columns (:data:`FILES_SCHEMA`), in commit order; stats kept as JSON text
+    (``{column: [min, max, null_count]}``, see migration 0008)."""
 
     table: pa.Table
 
@@ -100,16 +101,23 @@ class FileManifest:
                 row_count=rows,
                 schema_id=schema_id,
                 stats={
-                    name: ColumnStats.model_construct(**values)
-                    for name, values in orjson.loads(stats).items()
+                    name: ColumnStats.model_construct(min=lo, max=hi, null_count=nulls)
+                    for name, (lo, hi, nulls) in _load_stats(stats).items()
                 },
             )
             for path, size, rows, schema_id, stats in zip(*columns, strict=True)
         )
 
 
+def _load_stats(text: str) -> dict[str, list[StatValue]]:
+    """Stats as stored; jsonb writes a float such as 1e30 with all its digits, and orjson
+    reads a number past 64 bits back as the float it was."""
+    found: dict[str, list[StatValue]] = orjson.loads(text)
+    return found
+
+
 def _stats_json(file: DataFile) -> str:
-    return orjson.dumps({k: v.model_dump() for k, v in file.stats.items()}).decode()
+    return orjson.dumps({k: [v.min, v.max, v.null_count] for k, v in file.stats.items()}).decode()
 
 
 def parse_ops(blobs: Sequence[bytes]) -> pa.Table:

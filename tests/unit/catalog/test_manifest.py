@@ -28,8 +28,9 @@ def line(action: FileAction, file: DataFile) -> bytes:
     path = file.path
     if any(c in path for c in "\t\n\r") or path.startswith('"'):
         path = json.dumps(path)
-    stats = json.dumps({k: v.model_dump() for k, v in file.stats.items()})
-    fields = [action.value, path, str(file.size_bytes), str(file.row_count), "2", stats]
+    stats = json.dumps({k: [v.min, v.max, v.null_count] for k, v in file.stats.items()})
+    sizes = [str(n) for n in (file.size_bytes, file.row_count, file.schema_id)]
+    fields = [action.value, path, *sizes, stats]
     return ("\t".join(fields) + "\n").encode()
 
 
@@ -94,6 +95,20 @@ def test_paths_with_tabs_newlines_and_quotes_survive_the_line_format():
     odd = [data_file(p) for p in names]
     plain = data_file("plain.parquet")
     assert fold([[(ADD, f) for f in [*odd, plain]]]) == [[*odd, plain]]
+
+
+def test_statistics_keep_their_types():
+    stats = {"f": ColumnStats(min=0.5, max=7.0), "s": ColumnStats(min="a", max=None)}
+    file = DataFile(path="p.parquet", size_bytes=1, row_count=1, stats=stats)
+    [[back]] = fold([[(ADD, file)]])
+    assert back == file and isinstance(back.stats["f"].max, float)
+
+
+def test_a_float_past_64_bits_written_in_full_comes_back_as_that_float():
+    # jsonb writes 1e30 as 1000000000000000000000000000000 (migration 0008 keeps its text)
+    text = "add\tp.parquet\t1\t1\t0\t" + '{"f": [0, 1000000000000000000000000000000, 0]}\n'
+    [file] = fold_ops(parse_ops([text.encode()]), np.zeros(1, np.int64))[0].data_files()
+    assert file.stats["f"].max == 1e30
 
 
 def test_no_ops_fold_to_no_files():
