@@ -109,10 +109,10 @@ class FileManifest:
         )
 
 
-def _load_stats(text: str) -> dict[str, list[StatValue]]:
+def _load_stats(text: str) -> dict[str, tuple[StatValue, StatValue, int]]:
     """Stats as stored; jsonb writes a float such as 1e30 with all its digits, and orjson
     reads a number past 64 bits back as the float it was."""
-    found: dict[str, list[StatValue]] = orjson.loads(text)
+    found: dict[str, tuple[StatValue, StatValue, int]] = orjson.loads(text)  # lists, unpacked
     return found
 
 
