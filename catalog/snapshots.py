@@ -8,11 +8,11 @@ functions take a connection so that the commit protocol can use them inside its 
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import psycopg
 from psycopg.rows import DictRow, tuple_row
 
@@ -89,69 +89,46 @@ def all_partition_heads(
 def load_snapshots(
     conn: psycopg.Connection[DictRow], table_id: uuid.UUID, heads: Iterable[PartitionHead]
 ) -> list[PartitionSnapshot]:
-    """Resolve heads to their live files: two indexed queries for any number of heads, and a
+    """Resolve heads to their live files: one indexed query for any number of heads, and a
     fold on columns (no Python object per file: a full plan of a million files must fit in a
     second)."""
     heads = list(heads)
     if not heads:
         return []
-    chains = _chain_ids(conn, table_id, heads)
-    pairs = [(h.partition_desc, cid) for h in heads for cid in chains.get(h.partition_desc, [])]
-    commit_ops, blobs = _manifests(conn, table_id, pairs)
-    position = {h.partition_desc: i for i, h in enumerate(heads)}
-    pair_group = np.array([position[pd] for pd, _ in pairs], dtype=np.int64)
-    counts = np.array([blob.count(b"\n") for blob in blobs], dtype=np.int64)
-    live, groups = fold_ops(parse_ops(blobs), np.repeat(pair_group, counts))
+    owners, ops, blobs = _snapshot_manifests(conn, table_id, heads)
+    counts = np.fromiter((blob.count(b"\n") for blob in blobs), np.int64, len(blobs))
+    live, groups = fold_ops(parse_ops(blobs), np.repeat(owners, counts))
     bounds = np.searchsorted(groups, np.arange(len(heads) + 1))
-    ops_of: dict[str, list[CommitOp]] = defaultdict(list)
-    for (pd, _), op in zip(pairs, commit_ops, strict=True):
-        ops_of[pd].append(op)
+    ops_of: list[list[CommitOp]] = [[] for _ in heads]
+    for owner, op in zip(owners.tolist(), ops, strict=True):
+        ops_of[owner].append(op)
     return [
         PartitionSnapshot(
             head,
-            tuple(ops_of[head.partition_desc]),
+            tuple(ops_of[i]),
             live.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i])),
         )
         for i, head in enumerate(heads)
     ]
 
 
-def _chain_ids(
+def _snapshot_manifests(
     conn: psycopg.Connection[DictRow], table_id: uuid.UUID, heads: Sequence[PartitionHead]
-) -> dict[str, list[uuid.UUID]]:
-    rows = conn.execute(
-        query("chain_rows"),
-        {
-            "table_id": table_id,
-            "descs": [h.partition_desc for h in heads],
-            "starts": [h.snapshot_start for h in heads],
-            "ends": [h.version for h in heads],
-        },
-    ).fetchall()
-    chains: dict[str, list[uuid.UUID]] = defaultdict(list)
-    for row in rows:  # ordered by partition, version: the chain's first row holds its base
-        chains[row["partition_desc"]].extend(row["commit_ids"])
-    return chains
-
-
-def _manifests(
-    conn: psycopg.Connection[DictRow], table_id: uuid.UUID, pairs: Sequence[tuple[str, uuid.UUID]]
-) -> tuple[list[CommitOp], list[bytes]]:
-    """The op and manifest of each (partition, commit) row, in the order of ``pairs``.
-
-    A binary cursor: the manifests arrive as bytes, with no text decoding of ~190 bytes a file.
-    """
+) -> tuple[npt.NDArray[np.int64], list[CommitOp], list[bytes]]:
+    """Each commit row of the heads' chains in order: the index of its head, its op, its
+    manifest. A binary cursor: manifests arrive as bytes, never decoded as text."""
     with conn.cursor(binary=True, row_factory=tuple_row) as cur:
         rows = cur.execute(
-            query("commit_manifests"),
+            query("snapshot_manifests"),
             {
                 "table_id": table_id,
-                "descs": [pd for pd, _ in pairs],
-                "commit_ids": [cid for _, cid in pairs],
+                "descs": [h.partition_desc for h in heads],
+                "starts": [h.snapshot_start for h in heads],
+                "ends": [h.version for h in heads],
             },
         ).fetchall()
-    if len(rows) != len(pairs):
-        found = {int(r[0]) for r in rows}
-        missing = [pair for n, pair in enumerate(pairs, 1) if n not in found]
+    missing = [(heads[r[0] - 1].partition_desc, r[1]) for r in rows if r[3] is None]
+    if missing:
         raise RuntimeError(f"catalog is inconsistent: commit rows missing for {missing[:3]}")
-    return [CommitOp(r[1]) for r in rows], [r[2] for r in rows]
+    owners = np.fromiter((r[0] - 1 for r in rows), np.int64, len(rows))
+    return owners, [CommitOp(r[2]) for r in rows], [r[3] for r in rows]
