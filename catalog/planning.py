@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
+import pyarrow as pa
+
+from catalog.manifest import FileManifest
 from catalog.meta import TableMeta
 from catalog.model import DataFile
 from catalog.snapshots import PartitionSnapshot
@@ -18,15 +22,30 @@ from catalog.snapshots import PartitionSnapshot
 class PartitionScan:
     partition_desc: str
     version: int
-    files: tuple[DataFile, ...]
-    """In commit order: for merge-on-read, oldest run first."""
+    listing: FileManifest | Sequence[DataFile]
+    """In commit order: for merge-on-read, oldest run first. Plans hold the columnar form;
+    :attr:`files` builds DataFile objects from it on first use."""
     merge: bool
     values: dict[str, str | None]
     bucket: int | None
 
+    @cached_property
+    def manifest(self) -> FileManifest:
+        listing = self.listing
+        return listing if isinstance(listing, FileManifest) else FileManifest.of(listing)
+
+    @cached_property
+    def files(self) -> tuple[DataFile, ...]:
+        listing = self.listing
+        return listing.data_files() if isinstance(listing, FileManifest) else tuple(listing)
+
+    @property
+    def file_count(self) -> int:
+        return len(self.listing)
+
     @property
     def row_count(self) -> int:
-        return sum(f.row_count for f in self.files)
+        return self.manifest.row_count
 
 
 @dataclass(frozen=True)
@@ -37,7 +56,20 @@ class ScanPlan:
 
     @property
     def files(self) -> list[DataFile]:
+        """Every file as a DataFile (a few microseconds each: large plans prefer
+        :attr:`manifest` or :attr:`file_count`)."""
         return [f for p in self.partitions for f in p.files]
+
+    @property
+    def file_count(self) -> int:
+        return sum(p.file_count for p in self.partitions)
+
+    @property
+    def manifest(self) -> FileManifest:
+        """Every file in columns, partition by partition."""
+        if not self.partitions:
+            return FileManifest.empty()
+        return FileManifest(pa.concat_tables([p.manifest.table for p in self.partitions]))
 
     @property
     def merge_partitions(self) -> list[PartitionScan]:
@@ -53,14 +85,14 @@ def plan_scan(
     scans = []
     for snapshot in snapshots:
         values, bucket = meta.spec.parse(snapshot.partition_desc)
-        files = tuple(snapshot.live_files())
-        if not files:
+        files = snapshot.files
+        if not len(files):
             continue
         scans.append(
             PartitionScan(
                 partition_desc=snapshot.partition_desc,
                 version=snapshot.head.version,
-                files=files,
+                listing=files,
                 # several runs of a keyed bucket must be merged, whichever op added them
                 merge=meta.is_cdc and (snapshot.has_merge or len(files) > 1),
                 values=values,

@@ -73,12 +73,14 @@ class LakestreamSide:
         self._big = table.refresh()
 
     def plan_full(self) -> int:
-        return len(self._table().plan().files)
+        """The plan as readers get it: every file's path, size, rows and statistics, in columns
+        (``plan().files`` would also build a DataFile object per file, ~5 us each)."""
+        return self._table().plan().file_count
 
     def plan_one(self, partition: int) -> int:
         table = self._table()
         desc = table.meta.spec.desc({PARTITION_COLUMN: partition})
-        return len(table.plan(partitions=[desc]).files)
+        return table.plan(partitions=[desc]).file_count
 
     def _table(self) -> Table:
         if self._big is None:
@@ -92,7 +94,7 @@ class LakestreamSide:
 
     def committed(self, context: object) -> int:
         assert isinstance(context, LakestreamContext)
-        return len(self._catalog.load_table(context.table).plan().files)
+        return self._catalog.load_table(context.table).plan().file_count
 
     def close(self) -> None:
         """The catalog belongs to the caller (bench.common.bench_server closes it)."""

@@ -50,20 +50,22 @@ WHERE table_id = %(table_id)s AND partition_desc = ANY(%(descs)s)
   AND table_version > %(base)s
 ORDER BY partition_desc, version
 
--- name: chain_rows
--- The rows of each partition's snapshot chain: from its start (a reset or version 1) to the
--- version read. A range scan of the primary key per partition.
-SELECT p.partition_desc, p.version, p.commit_op, p.commit_ids
-FROM unnest(%(descs)s::text[], %(starts)s::int[], %(ends)s::int[]) AS r(pd, s, e)
+-- name: snapshot_manifests
+-- The commit rows of each partition's snapshot chain, from its start (a reset or version 1) to
+-- the version read, with their manifests (migration 0008): n is the partition's place in the
+-- arrays, rows come in commit order. A range scan of partition_info's primary key and a probe of
+-- data_commit_info's per commit row; one missing (which would be a catalog bug) comes back
+-- with a null manifest rather than silently shortening the snapshot.
+SELECT r.n, c.cid, d.commit_op, d.manifest
+FROM unnest(%(descs)s::text[], %(starts)s::int[], %(ends)s::int[]) WITH ORDINALITY AS r(pd, s, e, n)
 JOIN partition_info p
   ON p.table_id = %(table_id)s AND p.partition_desc = r.pd AND p.version BETWEEN r.s AND r.e
-ORDER BY p.partition_desc, p.version
-
--- name: commit_file_ops
-SELECT d.partition_desc, d.commit_id, d.commit_op, d.file_ops
-FROM unnest(%(descs)s::text[], %(commit_ids)s::uuid[]) AS r(pd, cid)
-JOIN data_commit_info d
-  ON d.table_id = %(table_id)s AND d.partition_desc = r.pd AND d.commit_id = r.cid
+CROSS JOIN LATERAL unnest(p.commit_ids) WITH ORDINALITY AS c(cid, k)
+LEFT JOIN LATERAL (  -- LIMIT: a probe of the primary key per row, never a hash of the table
+    SELECT commit_op, manifest FROM data_commit_info
+    WHERE table_id = %(table_id)s AND partition_desc = r.pd AND commit_id = c.cid LIMIT 1
+) d ON true
+ORDER BY r.n, p.version, c.k
 
 -- name: insert_data_commits
 -- %(ops)s is ONE JSON array holding each partition's op list, in the order of %(descs)s: a

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 
 import pyarrow as pa
 import pytest
@@ -166,7 +165,6 @@ def test_reads_use_indexes_not_table_scans(catalog: Catalog, catalog_dsn):
     for i in range(300):
         events.commit(CommitOp.APPEND, [adds(f"region=r{i % 30}", f"f{i}")])
     tid = events.meta.table_id
-    ids: list[uuid.UUID] = []
     heads = events.plan(partitions=["region=r1"]).partitions
     params = {
         "partition_heads": {
@@ -175,18 +173,13 @@ def test_reads_use_indexes_not_table_scans(catalog: Catalog, catalog_dsn):
             "table_version": 10**9,
         },
         "all_partition_heads": {"table_id": tid, "table_version": 10**9},
-        "chain_rows": {
+        "snapshot_manifests": {
             "table_id": tid,
             "descs": ["region=r1"],
             "starts": [1],
             "ends": [heads[0].version],
         },
         "landed_since": {"table_id": tid, "descs": ["region=r1"], "base": 250},
-        "commit_file_ops": {
-            "table_id": tid,
-            "descs": ["region=r1"],
-            "commit_ids": ids or [uuid.uuid4()],
-        },
     }
     with catalog_connection(catalog_dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
