@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from catalog import ScanPlan, TableMeta
-from compaction.planner import small_files
+import pyarrow.compute as pc
+
+from catalog import PartitionScan, ScanPlan, TableMeta
 from compaction.policy import CompactionPolicy
 
 
@@ -27,15 +28,17 @@ class Backlog:
 
 
 def backlog(meta: TableMeta, plan: ScanPlan, policy: CompactionPolicy) -> Backlog:
-    files = sum(len(p.files) for p in plan.partitions)
+    """Counted on the plan's columns: the compactor asks every round for every table, and
+    building a DataFile per file would make that cost grow with the table's file count."""
+    files = plan.file_count
     if meta.is_cdc:
-        runs = [len(p.files) for p in plan.partitions]
+        runs = [p.file_count for p in plan.partitions]
         return Backlog(
             small_files=sum(n for n in runs if n > 1),
             max_runs_per_bucket=max(runs, default=0),
             files=files,
         )
-    small = sum(len(small_files(p.files, policy)) for p in plan.partitions)
+    small = sum(_small_file_count(p, policy) for p in plan.partitions)
     return Backlog(small_files=small, max_runs_per_bucket=0, files=files)
 
 
@@ -49,5 +52,11 @@ def waiting_partitions(
     return {
         p.partition_desc
         for p in plan.partitions
-        if p.partition_desc not in has_task and len(small_files(p.files, policy)) >= 2
+        if p.partition_desc not in has_task and _small_file_count(p, policy) >= 2
     }
+
+
+def _small_file_count(partition: PartitionScan, policy: CompactionPolicy) -> int:
+    """What ``compaction.planner.small_files`` would count, from the size column."""
+    sizes = partition.manifest.table.column("size_bytes")
+    return int(pc.sum(pc.less(sizes, policy.small_file_bytes)).as_py() or 0)

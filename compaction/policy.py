@@ -119,9 +119,14 @@ class CompactionPolicy:
     enabled: bool = True
     """``compaction.enabled``: false leaves the table alone (the CLI too)."""
 
+    @property
+    def small_file_bytes(self) -> float:
+        """Files below this size are small (small_file_ratio x target_file_size)."""
+        return self.target_file_size * self.small_file_ratio
+
     def is_small(self, size_bytes: int) -> bool:
-        """Whether a file of this size is small (below small_file_ratio x target_file_size)."""
-        return size_bytes < self.target_file_size * self.small_file_ratio
+        """Whether a file of this size is small (below :attr:`small_file_bytes`)."""
+        return size_bytes < self.small_file_bytes
 
     @classmethod
     def from_properties(
