@@ -12,6 +12,7 @@ from ingest.failpoints import FailAt
 from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
+from ingest.transactions import DEFAULT_MAX_HOLD_S, OnTimeout, TransactionMode
 
 __all__ = ["IngestJobConfig"]
 
@@ -43,3 +44,9 @@ class IngestJobConfig:
     fail_at: FailAt | None = None
     """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
     dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
+    transactions: TransactionMode = TransactionMode.AUTO
+    """Whether commits publish whole source transactions (``auto``: when the subscription
+    includes Debezium's transaction topic; see :mod:`ingest.transactions`)."""
+    max_hold_s: float = DEFAULT_MAX_HOLD_S
+    """Seconds a transaction may keep later ones back before ``on_timeout`` applies."""
+    on_timeout: OnTimeout = OnTimeout.WAIT
