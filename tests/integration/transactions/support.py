@@ -76,6 +76,7 @@ class Bank:
     lsn: int = 10_000
     txid: int = 500
     out: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
+    stalled: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
 
     def open_accounts(self, n: int) -> None:
         """The initial snapshot: reads without transaction metadata."""
@@ -83,9 +84,9 @@ class Bank:
             self.accounts[i] = {"id": i, "balance": START_BALANCE, "moves": 0}
             self._event(ACCOUNTS, i, "r", self.accounts[i], None)
 
-    def transfer(self, rng: random.Random, *, end: bool = True) -> str:
-        """One transfer; returns its transaction id. ``end=False`` withholds its END marker
-        (returned by :meth:`end_marker` for a later send)."""
+    def transfer(self, rng: random.Random, *, stall_audit: bool = False) -> str:
+        """One transfer; returns its transaction id. ``stall_audit`` keeps its audit event back
+        (a stalled partition) until :meth:`release_stalled`."""
         self.txid += 1
         a, b = rng.sample(sorted(self.accounts), 2)
         amount = rng.randint(1, 50)
@@ -97,12 +98,13 @@ class Bank:
             self._event(ACCOUNTS, account, "u", row, (txn[0], order))
         audit_id = len(self.audit) + 1
         self.audit[audit_id] = {"id": audit_id, "amount": amount}
+        pending = dict(self.out)
         self._event(AUDIT, audit_id, "c", self.audit[audit_id], (txn[0], 3))
-        marker = self._end(txn[0])
-        if end:
-            self._marker(marker)
-        else:
-            self.withheld = marker
+        if stall_audit:
+            self.stalled = {k: v[len(pending.get(k, ())) :] for k, v in self.out.items()}
+            self.stalled = {k: v for k, v in self.stalled.items() if v}
+            self.out = {k: v[: len(pending.get(k, ()))] for k, v in self.out.items()}
+        self._marker(self._end(txn[0]))
         return txn[0]
 
     def _end(self, txid: str) -> dict[str, Any]:
@@ -118,8 +120,10 @@ class Bank:
             "ts_ms": 1_718_000_000_000 + self.lsn,
         }
 
-    def release_withheld(self) -> None:
-        self._marker(self.withheld)
+    def release_stalled(self) -> None:
+        for where, records in self.stalled.items():
+            self.out.setdefault(where, []).extend(records)
+        self.stalled = {}
 
     def _event(
         self, table: str, id_: int, op: str, row: dict[str, int], txn: tuple[str, int] | None
@@ -167,9 +171,7 @@ def versions_by_batch(catalog: Catalog, name: str) -> dict[int, int]:
         table = catalog.load_table(name)
     except TableNotFoundError:
         return {}
-    return {
-        v.batch_id: v.version for v in table.history(limit=10_000) if v.batch_id is not None
-    }
+    return {v.batch_id: v.version for v in table.history(limit=10_000) if v.batch_id is not None}
 
 
 def cuts(catalog: Catalog) -> Iterator[tuple[int, dict[str, list[dict[str, Any]]]]]:

@@ -25,6 +25,7 @@ from tests.integration.transactions.support import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ACCOUNTS = 6
+TABLES = ("public.accounts", "public.audit")
 
 
 def config(kafka: Any, bank: Bank, tmp_path: Path, job: str, **extra: Any) -> IngestJobConfig:
@@ -105,17 +106,21 @@ def test_eventual_mode_shows_transfers_cut_in_half(catalog, kafka, spark, tmp_pa
     assert rows(catalog, "public.accounts") == bank.accounts  # eventually equal
 
 
-def test_a_transaction_without_end_is_held_then_published_by_timeout_or_kept(
-    catalog, kafka, spark, tmp_path
-):
-    """The END of one transfer is withheld: ``wait`` keeps it and everything after it held;
-    ``publish`` publishes it after ``max_hold`` and names it in the watermark's exceptions."""
+def stalled_bank(kafka: Any) -> tuple[Bank, str]:
+    """Three transfers; the audit event of the second is stalled (its partition lags)."""
     bank = opened_bank(kafka)
     rng = random.Random(5)
     bank.transfer(rng)
-    stuck = bank.transfer(rng, end=False)
+    stuck = bank.transfer(rng, stall_audit=True)
     bank.transfer(rng)
     bank.send(kafka.bootstrap_servers)
+    return bank, stuck
+
+
+def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held(
+    catalog, kafka, spark, tmp_path
+):
+    bank, stuck = stalled_bank(kafka)
     waiting = config(
         kafka, bank, tmp_path, "bank_wait", max_hold_s=0.0, on_timeout=OnTimeout.WAIT,
         max_offsets_per_trigger=1000,
@@ -124,10 +129,31 @@ def test_a_transaction_without_end_is_held_then_published_by_timeout_or_kept(
     state = catalog.writer_progress("bank_wait")
     assert state is not None and state.job_state is not None
     assert state.job_state["held"]["blocking"] == stuck
+    assert state.job_state["held"]["transactions"] == 2  # the stuck one and the one after it
     assert len(rows(catalog, "public.audit")) == 1  # the first transfer only
+    assert broken({t: list(rows(catalog, t).values()) for t in TABLES}, ACCOUNTS) is None
 
-    bank.release_withheld()
+    bank.release_stalled()
     bank.send(kafka.bootstrap_servers)
     run_ingest(waiting, spark, catalog)
     assert rows(catalog, "public.accounts") == bank.accounts
-    assert len(rows(catalog, "public.audit")) == 3
+    assert rows(catalog, "public.audit") == bank.audit
+
+
+def test_on_timeout_publish_publishes_it_incomplete_and_says_so(catalog, kafka, spark, tmp_path):
+    bank, stuck = stalled_bank(kafka)
+    publishing = config(
+        kafka, bank, tmp_path, "bank_publish", max_hold_s=0.0, on_timeout=OnTimeout.PUBLISH,
+        max_offsets_per_trigger=1000,
+    )  # fmt: skip
+    run_ingest(publishing, spark, catalog)
+    assert len(rows(catalog, "public.audit")) == 2  # the first and the third
+    newest = catalog.load_table("public.accounts").history(limit=1)[0]
+    assert stuck in newest.watermark_exceptions
+
+    bank.release_stalled()  # the late event is published at once, and named again
+    bank.send(kafka.bootstrap_servers)
+    run_ingest(publishing, spark, catalog)
+    assert rows(catalog, "public.audit") == bank.audit
+    newest = catalog.load_table("public.audit").history(limit=1)[0]
+    assert stuck in newest.watermark_exceptions
