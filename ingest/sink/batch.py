@@ -213,6 +213,8 @@ class BatchSink:
             self.batches_committed += 1
             seconds = (written - started, time.monotonic() - written)
             self._log(bound, reports, result, passes, seconds)
+        if self._txn is not None:
+            self._log_transactions(bound, reports)
         self.records_read += records
         self._trip(Failpoint.BATCH_COMMITTED, batch_of_run)
 
@@ -334,6 +336,31 @@ class BatchSink:
             raise _TablesCreated(new)
         refused = [x for r in reports for x in r.refused]
         raise SchemaChangeRefused(*refused[0])
+
+    def _log_transactions(self, bound: Any, reports: Sequence[TaskReport]) -> None:
+        """One line per batch with what the book decided, and the hold warning (at most once
+        a minute: the book remembers when it last warned)."""
+        txn = self._txn
+        assert txn is not None and txn.decision is not None and txn.after is not None
+        decision, summary = txn.decision, txn.after.summary()
+        bound.info(
+            "batch_transactions",
+            markers=txn.markers,
+            candidates=len(txn.publish - txn.settled),
+            published=len(decision.publish),
+            exceptions=list(decision.exceptions),
+            held_by_tasks=sum(r.held for r in reports),
+            held=summary,
+        )
+        warning = decision.warning
+        if warning is not None:
+            bound.warning(
+                "transactions_held_too_long",
+                count=warning.count,
+                oldest_age_s=round(warning.oldest_age_s, 1),
+                ids=list(warning.ids),
+                on_timeout=str(self._policy.on_timeout),
+            )
 
     @staticmethod
     def _stage_held(holding: Holding | None, rows: Any) -> TableCommit:
