@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
@@ -244,3 +245,16 @@ def test_a_partition_last_read_in_a_published_transaction_has_passed_none() -> N
     book = book.apply(book.decide(1, HOLD, WAIT)).add_markers([end("T1", 1)], 2)
 
     assert book.frontier_candidates({0: PartitionTail("T0")}) == ()
+
+
+def test_the_stored_book_stays_small_however_long_the_job_runs() -> None:
+    book = TransactionBook()
+    for n in range(2_000):
+        txn = f"{n}"
+        book = book.add_markers([end(txn, 2)], n).add_events({txn: seen([1, 2], n)}, n)
+        book = book.apply(book.decide(n, HOLD, WAIT))
+
+    stored = json.dumps(book.to_json())
+
+    assert len(stored) < 8_000
+    assert TransactionBook.from_json(json.loads(stored)) == book
