@@ -66,6 +66,8 @@ LATE_LIMIT = 1024
 #: Seconds between two warnings about transactions held longer than ``max_hold``.
 WARN_EVERY_S = 60.0
 _FORMAT = 1
+#: A data partition, as the caller names it (topic and partition, say).
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 class BadTransactionState(IngestError, ValueError):
@@ -352,7 +354,7 @@ class TransactionBook:
 
     # -- the direct path ---------------------------------------------------------------------
 
-    def frontier_candidates(self, tails: Mapping[Hashable, PartitionTail]) -> tuple[str, ...]:
+    def frontier_candidates(self, tails: Mapping[_Key, PartitionTail]) -> tuple[str, ...]:
         """The END-known transactions that can have no event beyond the batch's ranges: the
         longest prefix of commit order whose every transaction each partition has passed.
 

@@ -16,6 +16,7 @@ from ingest.transactions import (
     OnTimeout,
     PartitionTail,
     TransactionBook,
+    TransactionMarker,
     TxnEvents,
 )
 from tests.unit.ingest.transactions.support import begin, end
@@ -33,7 +34,7 @@ class Source:
     order: list[str]
     events: dict[str, int]
     partitions: dict[tuple[str, int], list[Event]] = field(default_factory=dict)
-    markers: list[object] = field(default_factory=list)
+    markers: list[TransactionMarker] = field(default_factory=list)
 
 
 @st.composite
@@ -89,7 +90,7 @@ class Run:
     def batch(self, cut: dict[object, int], now: float, hold: float, on: OnTimeout) -> None:
         start = {p: self.read.get(p, 0) for p in cut}
         self.book = self.book.add_markers(self.source.markers[start["txn"] : cut["txn"]], now)
-        chunks = {p: self.source.partitions[p][start[p] : cut[p]] for p in PARTITIONS}  # type: ignore[index]
+        chunks = {p: self.source.partitions[p][start[p] : cut[p]] for p in PARTITIONS}
         tails = {p: _tail(p, chunk) for p, chunk in chunks.items()}
         self.candidates.append(self.book.frontier_candidates(tails))
         seen: dict[str, list[int]] = {}
