@@ -22,8 +22,10 @@ from ingest.transactions import (
 from tests.unit.ingest.transactions.support import begin, end
 
 TABLES = ("public.a", "public.b", "public.c")
-#: data partitions: (table, partition number)
+#: data partitions the job reads: (table, partition number)
 PARTITIONS = tuple((table, n) for table in TABLES for n in range(2))
+#: a table of the source the job does not subscribe to
+UNREAD = ("public.z", 0)
 Event = tuple[str | None, int]  # (transaction, rank); None: a snapshot read
 
 
@@ -41,16 +43,17 @@ class Source:
 def sources(draw: st.DrawFn) -> Source:
     count = draw(st.integers(1, 8))
     source = Source([f"T{i}" for i in range(count)], {})
-    source.partitions = {p: [] for p in PARTITIONS}
+    source.partitions = {p: [] for p in (*PARTITIONS, UNREAD)}
+    homes_of = st.sampled_from(PARTITIONS + (UNREAD,) * draw(st.integers(0, 1)))
     for p in draw(st.lists(st.sampled_from(PARTITIONS), max_size=3, unique=True)):
         source.partitions[p].append((None, 0))  # snapshot reads come first
     for txn in source.order:
-        homes = draw(st.lists(st.sampled_from(PARTITIONS), min_size=1, max_size=5))
+        homes = draw(st.lists(homes_of, min_size=1, max_size=5))
         per_table: dict[str, int] = {}
         for rank, home in enumerate(homes, start=1):
             source.partitions[home].append((txn, rank))
             per_table[home[0]] = per_table.get(home[0], 0) + 1
-        source.events[txn] = len(homes)
+        source.events[txn] = sum(1 for home in homes if home != UNREAD)
         source.markers += [begin(txn), end(txn, len(homes), *per_table.items())]
     return source
 
@@ -61,7 +64,7 @@ Cuts = list[dict[object, int]]
 @st.composite
 def batches(draw: st.DrawFn, source: Source) -> Cuts:
     """How many records each batch reads of each partition (the last batch reads the rest)."""
-    logs: dict[object, int] = {p: len(e) for p, e in source.partitions.items()}
+    logs: dict[object, int] = {p: len(source.partitions[p]) for p in PARTITIONS}
     logs["txn"] = len(source.markers)
     cuts: Cuts = []
     for _ in range(draw(st.integers(0, 6))):
@@ -81,7 +84,7 @@ class Run:
     """One job reading ``source`` batch by batch; records what a checker needs."""
 
     source: Source
-    book: TransactionBook = field(default_factory=TransactionBook)
+    book: TransactionBook = field(default_factory=lambda: TransactionBook(collections=TABLES))
     read: dict[object, int] = field(default_factory=dict)
     delivered: dict[str, set[int]] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
@@ -193,3 +196,28 @@ def test_replayed_batches_change_nothing_that_was_published(case: tuple[Source, 
         published += [t for t in again.publish if t not in published]
         assert published == source.order[: len(published)]
     assert published == source.order
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs())
+def test_a_job_not_told_its_tables_waits_for_events_of_tables_it_does_not_read(
+    case: tuple[Source, Cuts],
+) -> None:
+    """Without :attr:`TransactionBook.collections` every counted event is awaited: a
+    transaction touching an unread table holds the prefix (until a timeout), and the direct
+    path never claims it."""
+    source, cuts = case
+    run = Run(source, book=TransactionBook())
+    published: list[str] = []
+    for i, cut in enumerate(cuts):
+        run.batch(cut, now=float(i), hold=math.inf, on=OnTimeout.WAIT)
+        decision, candidates = run.decisions[-1], run.candidates[-1]
+        assert decision.publish[: len(candidates)] == candidates
+        published += decision.publish
+    unread = [t for t in source.order if _touches(source, t)]
+    cut_at = source.order.index(unread[0]) if unread else len(source.order)
+    assert published == source.order[:cut_at]
+
+
+def _touches(source: Source, txn: str) -> bool:
+    return any(t == txn for t, _ in source.partitions[UNREAD])
