@@ -31,6 +31,7 @@ from ingest.transactions.markers import (
 from ingest.transactions.policy import (
     DEFAULT_MAX_HOLD_S,
     OnTimeout,
+    TransactionConfigError,
     TransactionMode,
     resolve_mode,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "PartitionTail",
     "Point",
     "TransactionBook",
+    "TransactionConfigError",
     "TransactionMarker",
     "TransactionMode",
     "TransactionRef",

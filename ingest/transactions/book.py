@@ -66,6 +66,8 @@ LATE_LIMIT = 1024
 #: Seconds between two warnings about transactions held longer than ``max_hold``.
 WARN_EVERY_S = 60.0
 _FORMAT = 1
+#: A data partition, as the caller names it (topic and partition, say).
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 class BadTransactionState(IngestError, ValueError):
@@ -352,7 +354,7 @@ class TransactionBook:
 
     # -- the direct path ---------------------------------------------------------------------
 
-    def frontier_candidates(self, tails: Mapping[Hashable, PartitionTail]) -> tuple[str, ...]:
+    def frontier_candidates(self, tails: Mapping[_Key, PartitionTail]) -> tuple[str, ...]:
         """The END-known transactions that can have no event beyond the batch's ranges: the
         longest prefix of commit order whose every transaction each partition has passed.
 
@@ -362,18 +364,26 @@ class TransactionBook:
         belongs to an open transaction has passed every END-known one; an idle partition, or
         one whose last event has no transaction or one published already, has passed none.
         A partition constrains only the transactions whose END lists its data collection
-        (every one when either is unknown). Markers of the batch must be added first.
+        (every one when either is unknown). A transaction with events in a collection that no
+        partition names (a table the job does not read, unless :attr:`collections` leaves it
+        out) cannot complete, so it is never a candidate: give every partition its collection.
+        Markers of the batch must be added first, its events after.
         """
         index = {t.id: i for i, t in enumerate(self.ended)}
         settled = {t.id for t in self.late} | set(self.recent)
         passed = [(_passed(tail, index, settled), tail.collection) for tail in tails.values()]
+        read = {tail.collection for tail in tails.values()}
+        wanted = None if self.collections is None else frozenset(self.collections)
         out: list[str] = []
         for i, state in enumerate(self.ended):
             touched = state.touched
-            for upto, collection in passed:
-                relevant = not touched or collection is None or collection in touched
-                if relevant and i >= upto:
-                    return tuple(out)
+            if any(c not in read and (wanted is None or c in wanted) for c in touched):
+                break
+            if any(
+                i >= upto and (not touched or collection is None or collection in touched)
+                for upto, collection in passed
+            ):
+                break
             out.append(state.id)
         return tuple(out)
 

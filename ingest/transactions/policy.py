@@ -4,15 +4,26 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
+from ingest.errors import IngestError
 from ingest.transactions.markers import is_transaction_topic
 
-__all__ = ["DEFAULT_MAX_HOLD_S", "OnTimeout", "TransactionMode", "resolve_mode"]
+__all__ = [
+    "DEFAULT_MAX_HOLD_S",
+    "OnTimeout",
+    "TransactionConfigError",
+    "TransactionMode",
+    "resolve_mode",
+]
 
 #: Seconds a transaction may block publication before ``on_timeout`` applies.
 DEFAULT_MAX_HOLD_S = 300.0
+
+
+class TransactionConfigError(IngestError, ValueError):
+    """Transaction settings a job cannot run with (a caller's mistake, never retried)."""
 
 
 class TransactionMode(StrEnum):
@@ -32,10 +43,14 @@ class OnTimeout(StrEnum):
 
 
 def resolve_mode(
-    mode: TransactionMode, topics: Sequence[str], pattern: str | None
+    mode: TransactionMode,
+    topics: Sequence[str],
+    pattern: str | None,
+    known_topics: Iterable[str] = (),
 ) -> TransactionMode:
     """``mode`` with ``auto`` decided by the subscription: consistent when an explicit topic is
-    named ``<something>.transaction``, or when the pattern can match such a name.
+    named ``<something>.transaction``, or when the pattern matches such a name - one of
+    ``known_topics`` (the broker's topics, when the caller has them) or a likely one.
 
     A pattern is judged by whether it matches a transaction topic of *some* prefix: the job
     cannot list the broker's topics here, and a pattern meant for several data topics of one
@@ -45,15 +60,17 @@ def resolve_mode(
         return mode
     if any(is_transaction_topic(topic) for topic in topics):
         return TransactionMode.CONSISTENT
-    if pattern is not None and _pattern_reaches_transactions(pattern):
-        return TransactionMode.CONSISTENT
+    if pattern is not None:
+        compiled = re.compile(pattern)
+        known = [t for t in known_topics if is_transaction_topic(t)]
+        if any(compiled.fullmatch(t) for t in known) or _pattern_reaches_transactions(compiled):
+            return TransactionMode.CONSISTENT
     return TransactionMode.EVENTUAL
 
 
-def _pattern_reaches_transactions(pattern: str) -> bool:
-    """Whether ``pattern`` fully matches ``<p>.transaction`` for a prefix ``p`` the pattern
-    itself suggests (its literal start), or for a plain sample prefix."""
-    compiled = re.compile(pattern)
-    literal = re.match(r"[A-Za-z0-9_-]*", pattern)
+def _pattern_reaches_transactions(compiled: re.Pattern[str]) -> bool:
+    """Whether the pattern fully matches ``<p>.transaction`` for a prefix ``p`` the pattern
+    itself suggests (its literal start), or for a sample prefix (``.*`` matches any)."""
+    literal = re.match(r"[A-Za-z0-9_-]*", compiled.pattern)
     prefixes = {"dbserver1", literal.group(0) if literal else ""}
     return any(compiled.fullmatch(f"{p}.transaction") for p in prefixes if p)
