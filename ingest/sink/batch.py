@@ -82,7 +82,7 @@ from ingest.sink.task import (
     write_chunks,
     write_task,
 )
-from ingest.transactions.policy import TransactionMode, resolve_mode
+from ingest.transactions import TransactionMode
 
 log = get_logger("lakestream.ingest")
 
@@ -127,9 +127,7 @@ class SinkSettings:
     @property
     def consistent(self) -> bool:
         """``transactions: consistent`` (``auto`` decided by the subscription)."""
-        config = self.config
-        mode = resolve_mode(config.transactions, config.topics, config.topic_pattern)
-        return mode is TransactionMode.CONSISTENT
+        return self.config.transaction_mode is TransactionMode.CONSISTENT
 
 
 class BatchSink:

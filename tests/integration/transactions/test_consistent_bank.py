@@ -122,7 +122,7 @@ def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held
 ):
     bank, stuck = stalled_bank(kafka)
     waiting = config(
-        kafka, bank, tmp_path, "bank_wait", max_hold_s=0.0, on_timeout=OnTimeout.WAIT,
+        kafka, bank, tmp_path, "bank_wait", max_hold_s=0.001, on_timeout=OnTimeout.WAIT,
         max_offsets_per_trigger=1000,
     )  # fmt: skip
     run_ingest(waiting, spark, catalog)
@@ -143,7 +143,7 @@ def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held
 def test_on_timeout_publish_publishes_it_incomplete_and_says_so(catalog, kafka, spark, tmp_path):
     bank, stuck = stalled_bank(kafka)
     publishing = config(
-        kafka, bank, tmp_path, "bank_publish", max_hold_s=0.0, on_timeout=OnTimeout.PUBLISH,
+        kafka, bank, tmp_path, "bank_publish", max_hold_s=0.001, on_timeout=OnTimeout.PUBLISH,
         max_offsets_per_trigger=1000,
     )  # fmt: skip
     run_ingest(publishing, spark, catalog)
