@@ -174,19 +174,23 @@ def versions_by_batch(catalog: Catalog, name: str) -> dict[int, int]:
     return {v.batch_id: v.version for v in table.history(limit=10_000) if v.batch_id is not None}
 
 
-def cuts(catalog: Catalog) -> Iterator[tuple[int, dict[str, list[dict[str, Any]]]]]:
-    """For each committed batch, in order: both tables' rows as that commit left them."""
-    by_table = {t: versions_by_batch(catalog, t) for t in ("public.accounts", "public.audit")}
+def cuts(
+    catalog: Catalog, tables: tuple[str, str] = (ACCOUNTS, AUDIT)
+) -> Iterator[tuple[int, dict[str, list[dict[str, Any]]]]]:
+    """For each committed batch, in order: the accounts and audit tables' rows (keyed
+    ``public.accounts`` and ``public.audit`` whatever the lake names) as that commit left them."""
+    by_table = {t: versions_by_batch(catalog, t) for t in tables}
     batches = sorted({b for versions in by_table.values() for b in versions})
     for batch in batches:
         state: dict[str, list[dict[str, Any]]] = {}
         for name, versions in by_table.items():
             known = [v for b, v in versions.items() if b <= batch]
+            shown = ACCOUNTS if name == tables[0] else AUDIT
             if not known:
-                state[name] = []
+                state[shown] = []
                 continue
             table = catalog.load_table(name)
-            state[name] = table.scan(version=max(known)).to_arrow().to_pylist()
+            state[shown] = table.scan(version=max(known)).to_arrow().to_pylist()
         yield batch, state
 
 
