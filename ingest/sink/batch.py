@@ -301,6 +301,8 @@ class BatchSink:
         decision = txn.decide(reports)
         held_name = str(plan.holding.held.name)
         new_files = [f for r in reports for f in r.files if f.table == held_name]
+        if not new_files and not (txn.loaded.ended or txn.loaded.open):
+            return reports  # nothing was held before, nothing is held now: nothing to read
         held = Table(self.catalog, plan.holding.held)
         release = self.guard.call(
             "release_held",

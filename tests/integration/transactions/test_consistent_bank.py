@@ -16,6 +16,7 @@ from catalog import Catalog
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.held import held_table_name
 from ingest.transactions import OnTimeout, TransactionMode
+from tests.fixtures.cli import lakestream
 from tests.integration.transactions.support import (
     Bank,
     broken,
@@ -118,7 +119,7 @@ def stalled_bank(kafka: Any) -> tuple[Bank, str]:
 
 
 def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held(
-    catalog, kafka, spark, tmp_path
+    catalog, catalog_dsn, kafka, spark, tmp_path
 ):
     bank, stuck = stalled_bank(kafka)
     waiting = config(
@@ -132,6 +133,11 @@ def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held
     assert state.job_state["held"]["transactions"] == 2  # the stuck one and the one after it
     assert len(rows(catalog, "public.audit")) == 1  # the first transfer only
     assert broken({t: list(rows(catalog, t).values()) for t in TABLES}, ACCOUNTS) is None
+    held = held_table_name("bank_wait")
+    assert catalog.load_table(held).scan().to_arrow().num_rows == 5  # the stalled one's 2 events, the next one's 3
+    listed = lakestream("tables", "list", dsn=catalog_dsn).stdout.split()
+    assert held not in listed and "public.accounts" in listed  # the held table is the job's own
+    assert held in lakestream("tables", "list", "--all", dsn=catalog_dsn).stdout.split()
 
     bank.release_stalled()
     bank.send(kafka.bootstrap_servers)
