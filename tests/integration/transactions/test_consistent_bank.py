@@ -134,7 +134,9 @@ def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held
     assert len(rows(catalog, "public.audit")) == 1  # the first transfer only
     assert broken({t: list(rows(catalog, t).values()) for t in TABLES}, ACCOUNTS) is None
     held = held_table_name("bank_wait")
-    assert catalog.load_table(held).scan().to_arrow().num_rows == 5  # the stalled one's 2 events, the next one's 3
+    assert (
+        catalog.load_table(held).scan().to_arrow().num_rows == 5
+    )  # the stalled one's 2 events, the next one's 3
     listed = lakestream("tables", "list", dsn=catalog_dsn).stdout.split()
     assert held not in listed and "public.accounts" in listed  # the held table is the job's own
     assert held in lakestream("tables", "list", "--all", dsn=catalog_dsn).stdout.split()
