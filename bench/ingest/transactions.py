@@ -19,6 +19,7 @@ its distinct keys, no dead letters, and in consistent mode nothing is left held.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import statistics
@@ -37,6 +38,7 @@ from confluent_kafka import Producer
 from bench.ingest.tables import create_cdc_table
 from bench.ingest.workload import PRIMARY_KEY, Workload, _Encoder, generate, source_schema
 from catalog import Catalog
+from catalog.logs import ROOT_LOGGER, structured_handler
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG, LocalBroker, create_topic
@@ -241,6 +243,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--warmup-events", type=int, default=20_000)
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--log", type=Path, help="the jobs' log lines (JSON) into this file")
     return parser.parse_args(argv)
 
 
@@ -252,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else [TransactionMode(args.transactions)]
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-txn-"))
+    if args.log:
+        lakestream = logging.getLogger(ROOT_LOGGER)
+        lakestream.addHandler(structured_handler(json=True, stream=args.log.open("w")))
+        lakestream.setLevel(logging.INFO)
     pg = LocalPostgres.start()
     broker = LocalBroker.start()
     try:

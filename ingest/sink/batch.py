@@ -172,6 +172,8 @@ class BatchSink:
         self._held: TableMeta | None = None
         #: The held table's part of the batch's commit, when it publishes held events.
         self._held_commit: TableCommit | None = None
+        #: Figures of the batch's consistent-mode work on the driver, for its log line.
+        self._txn_ms = self._release_ms = self._released = self._collect_ms = 0
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -198,7 +200,8 @@ class BatchSink:
             bound.info("batch_already_committed")
             return
         started = time.monotonic()
-        self._txn = self._start_transactions(df) if self.settings.consistent else None
+        self._txn = self._start_transactions(df, batch_id) if self.settings.consistent else None
+        self._txn_ms = round((time.monotonic() - started) * 1000)
         reports, passes = self._write(df, batch_id)
         written = time.monotonic()
         self._trip(Failpoint.BATCH_WRITTEN, batch_of_run)
@@ -256,13 +259,15 @@ class BatchSink:
 
     # -- transactions: consistent --------------------------------------------------------------
 
-    def _start_transactions(self, df: Any) -> BatchTransactions:
+    def _start_transactions(self, df: Any, batch_id: int) -> BatchTransactions:
         """The book of the job's last commit with this batch's markers added, and the
         transactions the tasks may write straight into the target tables."""
         progress = self.guard.call(
             "writer_progress", lambda: self.catalog.writer_progress(self.settings.job)
         )
-        ranges = batch_ranges(df)
+        collect_started = time.monotonic()
+        ranges = batch_ranges(df, self.settings.config.checkpoint, batch_id)
+        self._collect_ms = round((time.monotonic() - collect_started) * 1000)
         known = {
             (topic, int(p))
             for topic, parts in ((progress.source_offsets or {}) if progress else {}).items()
@@ -299,6 +304,8 @@ class BatchSink:
         txn = self._txn
         assert txn is not None and plan.holding is not None
         decision = txn.decide(reports)
+        released = time.monotonic()
+        self._release_ms = self._released = 0
         held_name = str(plan.holding.held.name)
         new_files = [f for r in reports for f in r.files if f.table == held_name]
         if not new_files and not (txn.loaded.ended or txn.loaded.open):
@@ -321,9 +328,12 @@ class BatchSink:
                 for r in reports
             ]
         if release.rows.num_rows == 0:
+            self._release_ms = round((time.monotonic() - released) * 1000)
             return reports
         direct = replace(plan, holding=None)
         published = write_chunks(chunks_of(release.rows), direct, TaskReport())
+        self._release_ms = round((time.monotonic() - released) * 1000)
+        self._released = release.rows.num_rows
         if published.new_tables or published.refused:
             return self._checked([*reports, published])
         return [*reports, published]
@@ -350,6 +360,10 @@ class BatchSink:
             published=len(decision.publish),
             exceptions=list(decision.exceptions),
             held_by_tasks=sum(r.held for r in reports),
+            released=self._released,
+            start_ms=self._txn_ms,
+            collect_ms=self._collect_ms,
+            release_ms=self._release_ms,
             held=summary,
         )
         warning = decision.warning

@@ -21,12 +21,17 @@ held files are replaced by one file of what is still held - all in the batch's o
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaPartition
 
 from catalog import (
     CommitOp,
@@ -41,6 +46,8 @@ from catalog import (
 )
 from catalog.files import read_whole_files
 from catalog.logs import get_logger
+from ingest import startpoint
+from ingest.kafka.brokerview import consumer_config
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
@@ -90,13 +97,57 @@ def collection_of(topic: str) -> str | None:
     return ".".join(parts[-2:]) if len(parts) >= 3 else None
 
 
-def batch_ranges(df: Any) -> list[OffsetRange]:
-    """The offset ranges of a batch (``emit=ranges``: one tiny row per range)."""
+def batch_ranges(df: Any, checkpoint: Path, batch_id: int) -> list[OffsetRange]:
+    """The offset ranges of a batch: from Spark's offset log when it tells them (a file read),
+    else from the batch itself (``emit=ranges``: one tiny row per range, but a Spark job)."""
+    planned = planned_ranges(checkpoint, batch_id)
+    if planned is not None:
+        return planned
     rows = df.collect()
     return [
         OffsetRange(r["topic"], int(r["partition"]), int(r["startOffset"]), int(r["endOffset"]))
         for r in rows
     ]
+
+
+def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | None:
+    """The ranges Spark planned for ``batch_id``: ``offsets/<batch_id>`` holds their ends (the
+    source's offset JSON, written before the batch runs, the same on a replay) and the batch
+    before, or batch 0's saved start (:mod:`ingest.startpoint`), their starts. None when either
+    is missing or a partition has no start (the caller then asks the batch)."""
+    end = _logged_offsets(checkpoint / "offsets" / str(batch_id))
+    if batch_id > 0:
+        start = _logged_offsets(checkpoint / "offsets" / str(batch_id - 1))
+    else:
+        saved = startpoint.read_state(checkpoint).saved
+        start = saved.offsets if saved is not None else None
+    if end is None or start is None:
+        return None
+    ranges = []
+    for topic, parts in sorted(end.items()):
+        for partition, stop in sorted(parts.items(), key=lambda item: int(item[0])):
+            begin = start.get(topic, {}).get(str(partition))
+            if begin is None or begin < 0:
+                return None
+            if stop > begin:
+                ranges.append(OffsetRange(topic, int(partition), int(begin), int(stop)))
+    return ranges
+
+
+def _logged_offsets(path: Path) -> dict[str, dict[str, int]] | None:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    if len(lines) < 3 or lines[0] != "v1":
+        return None
+    try:
+        body = json.loads(lines[2])
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in body.items()}
 
 
 @dataclass
@@ -165,18 +216,21 @@ def start_batch(
     kafka: SourceOptions,
     policy: TxnPolicy,
 ) -> BatchTransactions:
-    """Steps 1-3 of the module docstring for one batch."""
+    """Steps 1-3 of the module docstring for one batch. The transaction topic's range and the
+    data partitions' last records are read at the same time (both wait on the broker)."""
     now = time.time()
-    markers = [
-        m
-        for rng in ranges
-        if is_transaction_topic(rng.topic)
-        for messages in read_messages(rng, kafka)
-        for m in (decode_marker(x.key(), x.value()) for x in messages)
-        if m is not None
-    ]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        tails_read = pool.submit(partition_tails, ranges, partitions, kafka)
+        markers = [
+            m
+            for rng in ranges
+            if is_transaction_topic(rng.topic)
+            for messages in read_messages(rng, kafka)
+            for m in (decode_marker(x.key(), x.value()) for x in messages)
+            if m is not None
+        ]
+        tails = tails_read.result()
     loaded, book = book, book.add_markers(markers, now)
-    tails = partition_tails(ranges, partitions, kafka)
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     return BatchTransactions(
@@ -187,35 +241,62 @@ def start_batch(
 def partition_tails(
     ranges: Sequence[OffsetRange], partitions: Iterable[tuple[str, int]], kafka: SourceOptions
 ) -> dict[Hashable, PartitionTail]:
-    """Per data partition the job reads, the transaction of the last record of its range (one
-    small fetch each); partitions without a range in this batch are idle."""
+    """Per data partition the job reads, the transaction of the last record of its range;
+    partitions without a range in this batch are idle."""
     tails: dict[Hashable, PartitionTail] = {}
     for topic, partition in partitions:
         if not is_transaction_topic(topic):
             tails[(topic, partition)] = PartitionTail(idle=True, collection=collection_of(topic))
-    for rng in ranges:
-        if is_transaction_topic(rng.topic):
-            continue
-        last = _last_value(rng, kafka)
-        ref = event_ref(last) if last is not None else None
+    data = [r for r in ranges if not is_transaction_topic(r.topic) and r.end > r.start]
+    last = last_values(data, kafka)
+    for rng in data:
+        value = last.get((rng.topic, rng.partition))
+        ref = event_ref(value) if value is not None else None
         tails[(rng.topic, rng.partition)] = PartitionTail(
-            txn=None if ref is None else ref[0],
-            idle=rng.end <= rng.start,
-            collection=collection_of(rng.topic),
+            txn=None if ref is None else ref[0], collection=collection_of(rng.topic)
         )
     return tails
 
 
-def _last_value(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
-    if rng.end <= rng.start:
-        return None
-    tail = OffsetRange(rng.topic, rng.partition, max(rng.start, rng.end - 1), rng.end)
+def last_values(
+    ranges: Sequence[OffsetRange], kafka: SourceOptions
+) -> dict[tuple[str, int], bytes | None]:
+    """The value of the last record of each range, with one consumer for all of them (one
+    fetch round). A range whose last offset is a gap (real Kafka: a transaction marker, a
+    compacted record) is read whole instead."""
+    found: dict[tuple[str, int], bytes | None] = {}
+    if not ranges:
+        return found
+    ends = {(r.topic, r.partition): r.end for r in ranges}
+    managed: dict[str, str | bool] = {"enable.partition.eof": True, "auto.offset.reset": "error"}
+    consumer = Consumer(consumer_config(kafka.kafka_config, managed))
+    deadline = time.monotonic() + kafka.poll_timeout_ms / 1000
+    try:
+        consumer.assign([KafkaPartition(r.topic, r.partition, r.end - 1) for r in ranges])
+        pending = set(ends)
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(len(pending), timeout=0.25):
+                where = (message.topic(), message.partition())
+                error = message.error()
+                if where not in pending:
+                    continue
+                if error is None and message.offset() == ends[where] - 1:
+                    found[where] = message.value()
+                    pending.discard(where)
+                elif error is None or error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(where)  # a gap at the end: the range is read below
+    finally:
+        consumer.close()
+    for rng in ranges:
+        if (rng.topic, rng.partition) not in found:
+            found[(rng.topic, rng.partition)] = _read_last(rng, kafka)
+    return found
+
+
+def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
     value: bytes | None = None
-    for messages in read_messages(tail, kafka):
+    for messages in read_messages(rng, kafka):
         value = messages[-1].value()
-    if value is None and tail.start > rng.start:  # the last offset was a gap: read the range
-        for messages in read_messages(rng, kafka):
-            value = messages[-1].value()
     return value
 
 

@@ -4,11 +4,14 @@ a transaction written directly turns out incomplete (a straggler)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
+from pathlib import Path
 
 import pytest
 
 from catalog import WriterProgress
+from ingest.kafka.offsets import OffsetRange
 from ingest.sink.consistent import (
     BatchTransactions,
     CandidateNotPublished,
@@ -16,6 +19,7 @@ from ingest.sink.consistent import (
     collection_of,
     load_book,
     merged_events,
+    planned_ranges,
 )
 from ingest.sink.report import TaskReport
 from ingest.transactions import MarkerStatus, OnTimeout, TransactionBook, TransactionMarker
@@ -99,3 +103,25 @@ def test_the_stored_book_is_read_back_and_the_collections_set() -> None:
 def test_collection_of_a_debezium_topic() -> None:
     assert collection_of("dbserver1.public.accounts") == "public.accounts"
     assert collection_of("dbserver1.transaction") is None
+
+
+def write_offsets(checkpoint: Path, batch: int, offsets: dict[str, dict[str, int]]) -> None:
+    folder = checkpoint / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offsets)}')
+
+
+def test_planned_ranges_come_from_spark_offset_log(tmp_path: Path) -> None:
+    write_offsets(tmp_path, 4, {"a": {"0": 10, "1": 5}, "t": {"0": 3}})
+    write_offsets(tmp_path, 5, {"a": {"0": 20, "1": 5}, "t": {"0": 7}})
+    assert planned_ranges(tmp_path, 5) == [OffsetRange("a", 0, 10, 20), OffsetRange("t", 0, 3, 7)]
+
+
+def test_planned_ranges_are_unknown_without_the_batch_before_or_a_partition_start(
+    tmp_path: Path,
+) -> None:
+    write_offsets(tmp_path, 5, {"a": {"0": 20}})
+    assert planned_ranges(tmp_path, 5) is None  # offsets/4 is gone: the batch is asked instead
+    write_offsets(tmp_path, 4, {"b": {"0": 1}})
+    assert planned_ranges(tmp_path, 5) is None  # a partition the batch before did not have
+    assert planned_ranges(tmp_path, 0) is None  # batch 0 without a saved start
