@@ -53,6 +53,7 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
 from ingest.sink.report import TaskReport, WrittenFile
+from ingest.transactions import ranges
 from ingest.transactions.book import (
     Decision,
     PartitionTail,
@@ -61,6 +62,7 @@ from ingest.transactions.book import (
 )
 from ingest.transactions.markers import decode_marker, is_transaction_topic
 from ingest.transactions.policy import OnTimeout
+from ingest.transactions.ranges import Ranges
 
 log = get_logger("lakestream.ingest")
 
@@ -301,13 +303,15 @@ def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
 
 
 def merged_events(reports: Sequence[TaskReport]) -> dict[str, TxnEvents]:
-    """Per transaction, the ranks every task saw of it."""
-    merged: dict[str, TxnEvents] = {}
+    """Per transaction, the ranks every task saw of it (most are seen by one task only: their
+    ranges are taken as they are, only the others are merged)."""
+    seen: dict[str, Ranges] = {}
     for report in reports:
         for txn, runs in report.txn_events.items():
-            seen = TxnEvents(tuple((lo, hi) for lo, hi in runs))
-            merged[txn] = merged[txn].merge(seen) if txn in merged else seen
-    return merged
+            mine = tuple(runs)
+            known = seen.get(txn)
+            seen[txn] = mine if known is None else ranges.merge(known, mine)
+    return {txn: TxnEvents(orders) for txn, orders in seen.items()}
 
 
 # -- publishing held events ----------------------------------------------------------------------
