@@ -98,7 +98,7 @@ class TxnEvents:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TxnState:
     """One transaction not yet published whole: held, or published incomplete (late)."""
 
@@ -126,23 +126,37 @@ class TxnState:
     def complete(self) -> bool:
         return self.expected is not None and ranges.count(self.seen, self.total) >= self.expected
 
+    # see() and end() build the next state by hand: dataclasses.replace was most of the book's
+    # time per batch (tens of thousands of transactions per batch).
+
     def see(self, events: TxnEvents) -> TxnState:
-        return replace(
-            self,
-            seen=ranges.merge(self.seen, events.orders),
-            max_position=_max(self.max_position, events.max_position),
-            max_ts_ms=_max(self.max_ts_ms, events.max_ts_ms),
+        return TxnState(
+            self.id,
+            self.first_seen,
+            ranges.merge(self.seen, events.orders),
+            self.ended,
+            self.total,
+            self.expected,
+            self.touched,
+            self.ts_ms,
+            self.end_position,
+            _max(self.max_position, events.max_position),
+            _max(self.max_ts_ms, events.max_ts_ms),
         )
 
     def end(self, marker: TransactionMarker, collections: frozenset[str] | None) -> TxnState:
-        return replace(
-            self,
-            ended=True,
-            total=marker.event_count,
-            expected=marker.count_for(collections),
-            touched=tuple(name for name, _ in marker.collections),
-            ts_ms=marker.ts_ms,
-            end_position=marker.position,
+        return TxnState(
+            self.id,
+            self.first_seen,
+            self.seen,
+            True,
+            marker.event_count,
+            marker.count_for(collections),
+            tuple(name for name, _ in marker.collections),
+            marker.ts_ms,
+            marker.position,
+            self.max_position,
+            self.max_ts_ms,
         )
 
 
@@ -331,13 +345,15 @@ class TransactionBook:
         """The book after ``decision`` was committed. ``decision`` must come from this book's
         :meth:`decide`, with nothing added in between."""
         published = set(decision.publish)
+        exceptions = set(decision.exceptions)
         late_ids = {t.id for t in self.late}
         recent = list(self.recent)
         late: list[TxnState] = []
         for state in (*self.late, *self.ended, *self.open):
             if state.id not in published and state.id not in late_ids:
                 continue  # still held
-            if state.complete:
+            doubtful = state.id in exceptions or state.id in late_ids
+            if not doubtful or state.complete:
                 recent.append(state.id)  # whole in the lake: forgotten
             else:
                 late.append(state)  # published incomplete: its events are still to come
@@ -371,18 +387,21 @@ class TransactionBook:
         """
         index = {t.id: i for i, t in enumerate(self.ended)}
         settled = {t.id for t in self.late} | set(self.recent)
-        passed = [(_passed(tail, index, settled), tail.collection) for tail in tails.values()]
-        read = {tail.collection for tail in tails.values()}
+        # how far the slowest partition of each collection got (None: of an unknown one)
+        reach: dict[str | None, float] = {}
+        for tail in tails.values():
+            upto = _passed(tail, index, settled)
+            reach[tail.collection] = min(reach.get(tail.collection, math.inf), upto)
+        anywhere = min(reach.values(), default=math.inf)
+        unknown = reach.get(None, math.inf)
         wanted = None if self.collections is None else frozenset(self.collections)
         out: list[str] = []
         for i, state in enumerate(self.ended):
             touched = state.touched
-            if any(c not in read and (wanted is None or c in wanted) for c in touched):
+            if any(c not in reach and (wanted is None or c in wanted) for c in touched):
                 break
-            if any(
-                i >= upto and (not touched or collection is None or collection in touched)
-                for upto, collection in passed
-            ):
+            upto = min((reach.get(c, math.inf) for c in touched), default=anywhere)
+            if i >= min(upto, unknown):
                 break
             out.append(state.id)
         return tuple(out)
