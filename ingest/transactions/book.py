@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from catalog import SourcePoint
+from catalog import SourcePoint, SourceWatermark
 from ingest.errors import IngestError
 from ingest.transactions import ranges
 from ingest.transactions.markers import MarkerStatus, TransactionMarker
@@ -208,6 +208,16 @@ class Decision:
         """The batch's source point: the last transaction of the published prefix; None while
         nothing was ever published (then the commit carries no watermark)."""
         return None if self.frontier is None else self.frontier.source_point()
+
+    def source_watermark(self, tables: Iterable[str]) -> SourceWatermark | None:
+        """``CommitRequest.source_watermark`` for a commit writing ``tables``: the same point for
+        each (a prefix is consistent for every table), and the exceptions."""
+        point = self.watermark
+        if point is None:
+            return None
+        return SourceWatermark(
+            batch=point, tables=dict.fromkeys(tables, point), exceptions=self.exceptions
+        )
 
 
 @dataclass(frozen=True)
@@ -419,6 +429,25 @@ class TransactionBook:
             "oldest_first_seen": None if oldest is None else _iso(oldest),
             "blocking": blocking,
         }
+
+    def job_state(self) -> dict[str, Any]:
+        """``CommitRequest.job_state`` of the commit that leaves the job with this book."""
+        return {"transactions": self.to_json(), "held": self.summary()}
+
+    @classmethod
+    def from_job_state(
+        cls, job_state: Mapping[str, Any] | None, collections: Iterable[str] | None = None
+    ) -> TransactionBook:
+        """The book a job's last commit stored (``WriterProgress.job_state``); an empty one
+        when there is none. ``collections``: the tables the job reads now (the configuration
+        may have changed since), None when not known.
+
+        Raises:
+            BadTransactionState: the stored book cannot be read.
+        """
+        stored = None if job_state is None else job_state.get("transactions")
+        book = cls() if stored is None else cls.from_json(stored)
+        return replace(book, collections=None if collections is None else tuple(collections))
 
     def to_json(self) -> dict[str, Any]:
         """The book as JSON values (``job_state["transactions"]``)."""
