@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from catalog import SourcePoint
+from catalog import SourcePoint, SourceWatermark
 from ingest.errors import IngestError
 from ingest.transactions import ranges
 from ingest.transactions.markers import MarkerStatus, TransactionMarker
@@ -98,7 +98,7 @@ class TxnEvents:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TxnState:
     """One transaction not yet published whole: held, or published incomplete (late)."""
 
@@ -126,23 +126,37 @@ class TxnState:
     def complete(self) -> bool:
         return self.expected is not None and ranges.count(self.seen, self.total) >= self.expected
 
+    # see() and end() build the next state by hand: dataclasses.replace was most of the book's
+    # time per batch (tens of thousands of transactions per batch).
+
     def see(self, events: TxnEvents) -> TxnState:
-        return replace(
-            self,
-            seen=ranges.merge(self.seen, events.orders),
-            max_position=_max(self.max_position, events.max_position),
-            max_ts_ms=_max(self.max_ts_ms, events.max_ts_ms),
+        return TxnState(
+            self.id,
+            self.first_seen,
+            ranges.merge(self.seen, events.orders),
+            self.ended,
+            self.total,
+            self.expected,
+            self.touched,
+            self.ts_ms,
+            self.end_position,
+            _max(self.max_position, events.max_position),
+            _max(self.max_ts_ms, events.max_ts_ms),
         )
 
     def end(self, marker: TransactionMarker, collections: frozenset[str] | None) -> TxnState:
-        return replace(
-            self,
-            ended=True,
-            total=marker.event_count,
-            expected=marker.count_for(collections),
-            touched=tuple(name for name, _ in marker.collections),
-            ts_ms=marker.ts_ms,
-            end_position=marker.position,
+        return TxnState(
+            self.id,
+            self.first_seen,
+            self.seen,
+            True,
+            marker.event_count,
+            marker.count_for(collections),
+            tuple(name for name, _ in marker.collections),
+            marker.ts_ms,
+            marker.position,
+            self.max_position,
+            self.max_ts_ms,
         )
 
 
@@ -194,6 +208,16 @@ class Decision:
         """The batch's source point: the last transaction of the published prefix; None while
         nothing was ever published (then the commit carries no watermark)."""
         return None if self.frontier is None else self.frontier.source_point()
+
+    def source_watermark(self, tables: Iterable[str]) -> SourceWatermark | None:
+        """``CommitRequest.source_watermark`` for a commit writing ``tables``: the same point for
+        each (a prefix is consistent for every table), and the exceptions."""
+        point = self.watermark
+        if point is None:
+            return None
+        return SourceWatermark(
+            batch=point, tables=dict.fromkeys(tables, point), exceptions=self.exceptions
+        )
 
 
 @dataclass(frozen=True)
@@ -331,13 +355,15 @@ class TransactionBook:
         """The book after ``decision`` was committed. ``decision`` must come from this book's
         :meth:`decide`, with nothing added in between."""
         published = set(decision.publish)
+        exceptions = set(decision.exceptions)
         late_ids = {t.id for t in self.late}
         recent = list(self.recent)
         late: list[TxnState] = []
         for state in (*self.late, *self.ended, *self.open):
             if state.id not in published and state.id not in late_ids:
                 continue  # still held
-            if state.complete:
+            doubtful = state.id in exceptions or state.id in late_ids
+            if not doubtful or state.complete:
                 recent.append(state.id)  # whole in the lake: forgotten
             else:
                 late.append(state)  # published incomplete: its events are still to come
@@ -371,18 +397,21 @@ class TransactionBook:
         """
         index = {t.id: i for i, t in enumerate(self.ended)}
         settled = {t.id for t in self.late} | set(self.recent)
-        passed = [(_passed(tail, index, settled), tail.collection) for tail in tails.values()]
-        read = {tail.collection for tail in tails.values()}
+        # how far the slowest partition of each collection got (None: of an unknown one)
+        reach: dict[str | None, float] = {}
+        for tail in tails.values():
+            upto = _passed(tail, index, settled)
+            reach[tail.collection] = min(reach.get(tail.collection, math.inf), upto)
+        anywhere = min(reach.values(), default=math.inf)
+        unknown = reach.get(None, math.inf)
         wanted = None if self.collections is None else frozenset(self.collections)
         out: list[str] = []
         for i, state in enumerate(self.ended):
             touched = state.touched
-            if any(c not in read and (wanted is None or c in wanted) for c in touched):
+            if any(c not in reach and (wanted is None or c in wanted) for c in touched):
                 break
-            if any(
-                i >= upto and (not touched or collection is None or collection in touched)
-                for upto, collection in passed
-            ):
+            upto = min((reach.get(c, math.inf) for c in touched), default=anywhere)
+            if i >= min(upto, unknown):
                 break
             out.append(state.id)
         return tuple(out)
@@ -400,6 +429,25 @@ class TransactionBook:
             "oldest_first_seen": None if oldest is None else _iso(oldest),
             "blocking": blocking,
         }
+
+    def job_state(self) -> dict[str, Any]:
+        """``CommitRequest.job_state`` of the commit that leaves the job with this book."""
+        return {"transactions": self.to_json(), "held": self.summary()}
+
+    @classmethod
+    def from_job_state(
+        cls, job_state: Mapping[str, Any] | None, collections: Iterable[str] | None = None
+    ) -> TransactionBook:
+        """The book a job's last commit stored (``WriterProgress.job_state``); an empty one
+        when there is none. ``collections``: the tables the job reads now (the configuration
+        may have changed since), None when not known.
+
+        Raises:
+            BadTransactionState: the stored book cannot be read.
+        """
+        stored = None if job_state is None else job_state.get("transactions")
+        book = cls() if stored is None else cls.from_json(stored)
+        return replace(book, collections=None if collections is None else tuple(collections))
 
     def to_json(self) -> dict[str, Any]:
         """The book as JSON values (``job_state["transactions"]``)."""

@@ -40,6 +40,11 @@ def merge(a: Ranges, b: Ranges) -> Ranges:
 
 def count(ranges: Ranges, upto: int | None = None) -> int:
     """How many ranks ``ranges`` holds, only those in ``1..upto`` when ``upto`` is given."""
+    if len(ranges) == 1:  # the common case: every event of a transaction seen, in order
+        lo, hi = ranges[0]
+        if upto is not None:
+            lo, hi = max(lo, 1), min(hi, upto)
+        return max(0, hi - lo + 1)
     if upto is None:
         return sum(hi - lo + 1 for lo, hi in ranges)
     return sum(max(0, min(hi, upto) - max(lo, 1) + 1) for lo, hi in ranges)

@@ -275,3 +275,22 @@ def test_the_stored_book_stays_small_however_long_the_job_runs() -> None:
 
     assert len(stored) < 8_000
     assert TransactionBook.from_json(json.loads(stored)) == book
+
+
+def test_the_commit_gets_job_state_and_watermark_in_the_shape_the_catalog_stores() -> None:
+    book = TransactionBook().add_markers([end("T1", 1, ts_ms=1_000), end("T2", 2)], 0)
+    book = book.add_events({"T1": seen([1], 10), "T2": seen([1], 11)}, 0)
+    decision = book.decide(HOLD, HOLD, PUBLISH)
+    after = book.apply(decision)
+
+    watermark = decision.source_watermark(["shop.a", "shop.b"])
+    state = json.loads(json.dumps(after.job_state()))
+
+    assert watermark is not None
+    assert watermark.tables == {"shop.a": watermark.batch, "shop.b": watermark.batch}
+    assert watermark.exceptions == ("T2",) and not watermark.consistent
+    assert state["held"] == after.summary()
+    assert TransactionBook.from_job_state(state) == after
+    assert TransactionBook.from_job_state(None) == TransactionBook()
+    assert TransactionBook.from_job_state({}, ["public.a"]).collections == ("public.a",)
+    assert TransactionBook().decide(0, HOLD, WAIT).source_watermark(["shop.a"]) is None
