@@ -12,6 +12,13 @@ from ingest.failpoints import FailAt
 from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
+from ingest.transactions.policy import (
+    DEFAULT_MAX_HOLD_S,
+    OnTimeout,
+    TransactionConfigError,
+    TransactionMode,
+    resolve_mode,
+)
 
 __all__ = ["IngestJobConfig"]
 
@@ -43,3 +50,26 @@ class IngestJobConfig:
     fail_at: FailAt | None = None
     """Fault injection for crash tests (see :mod:`ingest.failpoints`); never set in production."""
     dead_letter_guard: DeadLetterGuard = field(default_factory=DeadLetterGuard)
+    transactions: TransactionMode = TransactionMode.AUTO
+    """Whether each commit publishes whole source transactions (:mod:`ingest.transactions`);
+    read the resolved mode from :attr:`transaction_mode`."""
+    max_hold_s: float = DEFAULT_MAX_HOLD_S
+    """Seconds a transaction may block publication before ``on_timeout`` applies."""
+    on_timeout: OnTimeout = OnTimeout.WAIT
+
+    def __post_init__(self) -> None:
+        if not self.max_hold_s > 0:
+            raise TransactionConfigError(f"max_hold_s must be positive, not {self.max_hold_s}")
+        if (
+            self.transactions is TransactionMode.CONSISTENT
+            and self.source_format is not SourceFormat.DEBEZIUM
+        ):
+            raise TransactionConfigError("transactions: consistent needs Debezium topics")
+
+    @property
+    def transaction_mode(self) -> TransactionMode:
+        """``consistent`` or ``eventual``: ``auto`` decided by the subscription (consistent when
+        it includes a ``<prefix>.transaction`` topic; never for plain JSON topics)."""
+        if self.source_format is not SourceFormat.DEBEZIUM:
+            return TransactionMode.EVENTUAL
+        return resolve_mode(self.transactions, self.topics, self.topic_pattern)

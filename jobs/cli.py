@@ -28,6 +28,7 @@ from catalog.errors import CatalogUnavailableError, TableNotFoundError
 from compaction.errors import CompactionError
 from compaction.policy import InvalidPolicyError
 from ingest.errors import IngestError
+from ingest.sink.held import HELD_NAMESPACE
 from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
 from jobs.reach import check_catalog_reachable
@@ -202,10 +203,19 @@ def tables_list(
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     as_json: JsonOption = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="also the jobs' own tables (lakestream_jobs.*)")
+    ] = False,
 ) -> None:
-    """List live tables, optionally of one namespace."""
+    """List live tables, optionally of one namespace.
+
+    The ingest jobs' held tables (namespace ``lakestream_jobs``: events of source transactions
+    not published yet) are internal: listed only with ``--all`` or when that namespace is asked
+    for."""
     with _connect(dsn) as cat:
         names = cat.list_tables(namespace)
+    if not show_all and namespace is None:
+        names = [n for n in names if not n.startswith(f"{HELD_NAMESPACE}.")]
     typer.echo(json.dumps(names) if as_json else "\n".join(names))
 
 

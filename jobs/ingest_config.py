@@ -30,6 +30,7 @@ from ingest.job import IngestJobConfig
 from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
+from ingest.transactions import DEFAULT_MAX_HOLD_S, OnTimeout, TransactionMode
 from jobs.column_types import column_field
 from jobs.settings import CatalogSettings, CommandSettings, Section
 
@@ -125,6 +126,21 @@ class DeadLettersSection(Section):
         return DeadLetterGuard(max_ratio=self.max_ratio, min_count=self.min_count)
 
 
+class TransactionsSection(Section):
+    """Source transactions (issue 13): whether each commit shows them whole."""
+
+    mode: TransactionMode = TransactionMode.AUTO
+    """``consistent``: each commit publishes a prefix of the source's transactions, each whole
+    (incomplete ones are held in the lake); ``eventual``: each commit publishes what its batch
+    read; ``auto``: consistent when the subscription includes a ``<prefix>.transaction``
+    topic (Debezium's ``provide.transaction.metadata=true``)."""
+    max_hold_s: float = Field(default=DEFAULT_MAX_HOLD_S, gt=0)
+    """Seconds a transaction may hold back publication (from when the job first saw it)."""
+    on_timeout: OnTimeout = OnTimeout.WAIT
+    """``wait``: keep holding, warn once a minute; ``publish``: publish it incomplete and name it
+    in the commit's source watermark."""
+
+
 class SparkSection(Section):
     master: str | None = "local[2]"
     """``null`` under spark-submit: the submitter's master and settings are used as they are."""
@@ -152,6 +168,8 @@ class IngestSettings(CommandSettings):
     source: SourceSection = Field(default_factory=SourceSection)
     tables: TablesSection = Field(default_factory=TablesSection)
     dead_letters: DeadLettersSection = Field(default_factory=DeadLettersSection)
+    transactions: TransactionsSection = Field(default_factory=TransactionsSection)
+    """Also written as just the mode: ``transactions: consistent``."""
     dead_letter_table: str | None = None
     """The old name of ``dead_letters.table``, still accepted."""
     trigger: str = "available_now"
@@ -167,6 +185,12 @@ class IngestSettings(CommandSettings):
             raise ValueError("job names are letters, digits, '_', '.', '-' (max 128)")
         return value
 
+    @field_validator("transactions", mode="before")
+    @classmethod
+    def _transactions_shorthand(cls, value: object) -> object:
+        """``transactions: consistent`` is ``transactions: {mode: consistent}``."""
+        return {"mode": value} if isinstance(value, str) else value
+
     @field_validator("trigger")
     @classmethod
     def _trigger(cls, value: str) -> str:
@@ -178,6 +202,18 @@ class IngestSettings(CommandSettings):
     def _declarations_need_debezium(self) -> IngestSettings:
         if self.tables.declare and self.source.format is not SourceFormat.DEBEZIUM:
             raise ValueError("tables.declare is for debezium topics (source.format: debezium)")
+        return self
+
+    @model_validator(mode="after")
+    def _transactions_need_debezium(self) -> IngestSettings:
+        if (
+            self.transactions.mode is TransactionMode.CONSISTENT
+            and self.source.format is not SourceFormat.DEBEZIUM
+        ):
+            raise ValueError(
+                "transactions.mode consistent needs Debezium topics (source.format: debezium); "
+                "plain JSON topics carry no transaction metadata"
+            )
         return self
 
     @model_validator(mode="after")
@@ -254,6 +290,9 @@ class IngestSettings(CommandSettings):
             trigger_seconds=trigger_seconds(self.trigger),
             kafka_options={k: v.get_secret_value() for k, v in self.kafka.options.items()},
             broker_outage_budget_s=self.kafka.outage_budget,
+            transactions=self.transactions.mode,
+            max_hold_s=self.transactions.max_hold_s,
+            on_timeout=self.transactions.on_timeout,
         )
 
 
@@ -275,4 +314,6 @@ def describe(settings: IngestSettings) -> dict[str, Any]:
         "declared_tables": sorted(settings.tables.declare),
         "dead_letters": settings.dead_letters.model_dump(),
         "metrics_port": settings.metrics.port or None,
+        "transactions": settings.transactions.model_dump(mode="json"),
+        "transaction_mode": settings.job_config().transaction_mode.value,
     }

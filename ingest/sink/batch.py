@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -46,6 +46,7 @@ from catalog import (
     lost_to_concurrent_write,
     schema_from_base64,
     schema_to_base64,
+    stage_append,
 )
 from catalog.logs import get_logger
 from ingest.config import IngestJobConfig
@@ -53,8 +54,18 @@ from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.failpoints import Failpoint
 from ingest.kafka.options import SourceOptions
 from ingest.logs import driver_level
+from ingest.sink.consistent import (
+    BatchTransactions,
+    CandidateNotPublished,
+    TxnPolicy,
+    batch_ranges,
+    load_book,
+    release_held,
+    start_batch,
+)
 from ingest.sink.decoding import BatchDecoders
-from ingest.sink.plan import SinkPlan
+from ingest.sink.held import HELD_SCHEMA, chunks_of, held_table_name
+from ingest.sink.plan import Holding, SinkPlan
 from ingest.sink.report import (
     NewTable,
     TaskReport,
@@ -64,14 +75,26 @@ from ingest.sink.report import (
     total_counts,
 )
 from ingest.sink.tables import create_cdc_table, known_tables
-from ingest.sink.task import DEAD_LETTER_SCHEMA, REPORT_SCHEMA, widen_schema, write_task
+from ingest.sink.task import (
+    DEAD_LETTER_SCHEMA,
+    REPORT_SCHEMA,
+    widen_schema,
+    write_chunks,
+    write_task,
+)
+from ingest.transactions import TransactionMode
 
 log = get_logger("lakestream.ingest")
 
 #: Rebasing a commit that lost to a concurrent writer (the files do not depend on the table).
 REBASE_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.2)
-#: Write passes of one batch: a pass that brought new tables is written again at once.
-_WRITE_PASSES = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+#: Write passes of one batch: a pass that brought new tables is written again at once, and so
+#: is one whose directly written transactions turned out incomplete (consistent mode).
+_WRITE_PASSES = RetryPolicy(attempts=4, base_delay=0.0, max_delay=0.0)
+
+
+def _write_again(error: Exception) -> bool:
+    return isinstance(error, (_TablesCreated, CandidateNotPublished))
 
 
 class _TablesCreated(IngestError):
@@ -100,6 +123,11 @@ class SinkSettings:
     @property
     def writer_id(self) -> str:
         return f"{self.job}:{self.incarnation}"
+
+    @property
+    def consistent(self) -> bool:
+        """``transactions: consistent`` (``auto`` decided by the subscription)."""
+        return self.config.transaction_mode is TransactionMode.CONSISTENT
 
 
 class BatchSink:
@@ -142,6 +170,14 @@ class BatchSink:
         self._bases: dict[str, int] = {}
         #: What failed the last batch, as raised (Spark re-raises it wrapped in its own error).
         self.failure: Exception | None = None
+        #: ``transactions: consistent``: the batch's transaction state (None in eventual mode).
+        self._txn: BatchTransactions | None = None
+        self._held: TableMeta | None = None
+        #: The held table's part of the batch's commit, when it publishes held events.
+        self._held_commit: TableCommit | None = None
+        #: Figures of the batch's consistent-mode work on the driver, for its log line.
+        self._txn_ms = self._release_ms = self._released = self._collect_ms = 0
+        self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Write and commit one micro-batch, exactly once per ``(writer, batch_id)``.
@@ -167,6 +203,8 @@ class BatchSink:
             bound.info("batch_already_committed")
             return
         started = time.monotonic()
+        self._txn = self._start_transactions(df, batch_id) if self.settings.consistent else None
+        self._txn_ms = round((time.monotonic() - started) * 1000)
         reports, passes = self._write(df, batch_id)
         written = time.monotonic()
         self._trip(Failpoint.BATCH_WRITTEN, batch_of_run)
@@ -179,6 +217,8 @@ class BatchSink:
             self.batches_committed += 1
             seconds = (written - started, time.monotonic() - written)
             self._log(bound, reports, result, passes, seconds)
+        if self._txn is not None:
+            self._log_transactions(bound, reports)
         self.records_read += records
         self._trip(Failpoint.BATCH_COMMITTED, batch_of_run)
 
@@ -195,10 +235,11 @@ class BatchSink:
 
         A batch the dead-letter guard refuses fails here, before any table is created or
         anything committed."""
-        return _WRITE_PASSES.run(
-            lambda passes: (self._write_pass(df, batch_id), passes),
-            retry_if=lambda error: isinstance(error, _TablesCreated),
-        )
+
+        def attempt(passes: int) -> tuple[list[TaskReport], int]:
+            return self._write_pass(df, batch_id), passes
+
+        return _WRITE_PASSES.run(attempt, retry_if=_write_again)
 
     def _write_pass(self, df: Any, batch_id: int) -> list[TaskReport]:
         plan = self._plan(batch_id)
@@ -215,7 +256,133 @@ class BatchSink:
         refused = [x for r in reports for x in r.refused]
         if refused:
             raise SchemaChangeRefused(*refused[0])
+        if self._txn is not None:
+            return self._publish_held(reports, plan)
         return reports
+
+    # -- transactions: consistent --------------------------------------------------------------
+
+    def _start_transactions(self, df: Any, batch_id: int) -> BatchTransactions:
+        """The book of the job's last commit with this batch's markers added, and the
+        transactions the tasks may write straight into the target tables."""
+        progress = self.guard.call(
+            "writer_progress", lambda: self.catalog.writer_progress(self.settings.job)
+        )
+        collect_started = time.monotonic()
+        ranges = batch_ranges(df, self.settings.config.checkpoint, batch_id)
+        self._collect_ms = round((time.monotonic() - collect_started) * 1000)
+        known = {
+            (topic, int(p))
+            for topic, parts in ((progress.source_offsets or {}) if progress else {}).items()
+            if isinstance(parts, dict)
+            for p in parts
+        } | {(r.topic, r.partition) for r in ranges}
+        collections = self._collections()
+        book = load_book(progress, collections)
+        return start_batch(book, ranges, sorted(known), self.settings.kafka, self._policy)
+
+    def _collections(self) -> list[str] | None:
+        """The data collections (``schema.table``) the job reads, when its topics are listed."""
+        topics = self.settings.config.topics
+        if self.settings.config.topic_pattern or not topics:
+            return None
+        return sorted(".".join(t.split(".")[-2:]) for t in topics if t.count(".") >= 2)
+
+    def _held_table(self) -> TableMeta:
+        if self._held is None:
+            name = held_table_name(self.settings.job)
+            try:
+                self._held = self._load(name).meta
+            except TableNotFoundError:
+                try:
+                    create = partial(self.catalog.create_table, name, HELD_SCHEMA)
+                    self._held = self.guard.call("create_table", create).meta
+                except TableAlreadyExistsError:
+                    self._held = self._load(name).meta
+        return self._held
+
+    def _publish_held(self, reports: list[TaskReport], plan: SinkPlan) -> list[TaskReport]:
+        """Decide what the commit publishes; the held events it publishes are decoded and
+        written here, with the tasks' own code (see :mod:`ingest.sink.consistent`)."""
+        txn = self._txn
+        assert txn is not None and plan.holding is not None
+        decision = txn.decide(reports)
+        released = time.monotonic()
+        self._release_ms = self._released = 0
+        held_name = str(plan.holding.held.name)
+        new_files = [f for r in reports for f in r.files if f.table == held_name]
+        if not new_files and not (txn.loaded.ended or txn.loaded.open):
+            return reports  # nothing was held before, nothing is held now: nothing to read
+        held = Table(self.catalog, plan.holding.held)
+        release = self.guard.call(
+            "release_held",
+            lambda: release_held(
+                held,
+                self._bases[held_name],
+                new_files,
+                decision.publish,
+                lambda rows: self._stage_held(plan.holding, rows),
+            ),
+        )
+        self._held_commit = release.commit
+        if release.replaces_new:
+            reports = [
+                r.model_copy(update={"files": [f for f in r.files if f.table != held_name]})
+                for r in reports
+            ]
+        if release.rows.num_rows == 0:
+            self._release_ms = round((time.monotonic() - released) * 1000)
+            return reports
+        direct = replace(plan, holding=None)
+        published = write_chunks(chunks_of(release.rows), direct, TaskReport())
+        self._release_ms = round((time.monotonic() - released) * 1000)
+        self._released = release.rows.num_rows
+        if published.new_tables or published.refused:
+            return self._checked([*reports, published])
+        return [*reports, published]
+
+    def _checked(self, reports: list[TaskReport]) -> list[TaskReport]:
+        new = {t.table: t for r in reports for t in r.new_tables}
+        for new_table in new.values():
+            self._create(new_table)
+        if new:
+            raise _TablesCreated(new)
+        refused = [x for r in reports for x in r.refused]
+        raise SchemaChangeRefused(*refused[0])
+
+    def _log_transactions(self, bound: Any, reports: Sequence[TaskReport]) -> None:
+        """One line per batch with what the book decided, and the hold warning (at most once
+        a minute: the book remembers when it last warned)."""
+        txn = self._txn
+        assert txn is not None and txn.decision is not None and txn.after is not None
+        decision, summary = txn.decision, txn.after.summary()
+        bound.info(
+            "batch_transactions",
+            markers=txn.markers,
+            candidates=len(txn.publish - txn.settled),
+            published=len(decision.publish),
+            exceptions=list(decision.exceptions),
+            held_by_tasks=sum(r.held for r in reports),
+            released=self._released,
+            start_ms=self._txn_ms,
+            collect_ms=self._collect_ms,
+            release_ms=self._release_ms,
+            held=summary,
+        )
+        warning = decision.warning
+        if warning is not None:
+            bound.warning(
+                "transactions_held_too_long",
+                count=warning.count,
+                oldest_age_s=round(warning.oldest_age_s, 1),
+                ids=list(warning.ids),
+                on_timeout=str(self._policy.on_timeout),
+            )
+
+    @staticmethod
+    def _stage_held(holding: Holding | None, rows: Any) -> TableCommit:
+        assert holding is not None
+        return stage_append(holding.held, rows)
 
     def _plan(self, batch_id: int) -> SinkPlan:
         """The tables the batch writes, and the version of each it is planned against.
@@ -244,6 +411,14 @@ class BatchSink:
         dead = self._dead_letter_table()
         dead_table = Table(self.catalog, dead)
         self._bases[str(dead.name)] = self.guard.call("current_version", dead_table.current_version)
+        holding = None
+        self._held_commit = None
+        if self._txn is not None:
+            held = self._held_table()
+            self._bases[str(held.name)] = self.guard.call(
+                "current_version", Table(self.catalog, held).current_version
+            )
+            holding = Holding(held=held, publish=self._txn.publish)
         return SinkPlan(
             source_format=self.settings.config.source_format,
             decoder=self._decoders.for_tables(metas),
@@ -254,6 +429,7 @@ class BatchSink:
             json_tables=self.settings.config.json_tables,
             log_level=driver_level(),
             kafka=self.settings.kafka,
+            holding=holding,
         )
 
     def _dead_letter_table(self) -> TableMeta:
@@ -301,7 +477,10 @@ class BatchSink:
         for report in reports:
             for written in report.files:
                 by_table[written.table].append(written)
-        if not by_table:
+        held = self._held_commit if self._txn is not None else None
+        if held is not None:
+            by_table.pop(held.table, None)
+        if not by_table and held is None and not self._book_changed():
             return None
         commits = tuple(
             self._table_commit(name, files, reports) for name, files in sorted(by_table.items())
@@ -311,8 +490,42 @@ class BatchSink:
         )
         base = previous.source_offsets if previous and previous.source_offsets else {}
         offsets = merge_offsets(base, *(r.offsets for r in reports))
-        return CommitRequest(
-            tables=commits, key=key, source_offsets=dict(offsets), progress_key=self.settings.job
+        request = CommitRequest(
+            tables=commits or (self._empty_held_commit(),),
+            key=key,
+            source_offsets=dict(offsets),
+            progress_key=self.settings.job,
+        )
+        if self._txn is None:
+            return request
+        if held is not None:
+            request = request.model_copy(update={"tables": (*commits, held)})
+        targets = [t for t in by_table if t not in self._own_tables()]
+        return request.model_copy(
+            update={
+                "job_state": self._txn.job_state(),
+                "source_watermark": self._txn.watermark(targets),
+            }
+        )
+
+    def _book_changed(self) -> bool:
+        """Markers or events moved the book: its new state must be committed even when the
+        batch wrote no file, or a restart would start after markers it never stored."""
+        return self._txn is not None and self._txn.changed()
+
+    def _own_tables(self) -> set[str]:
+        names = {self.settings.config.dead_letter_table.lower()}
+        if self._held is not None:
+            names.add(str(self._held.name))
+        return names
+
+    def _empty_held_commit(self) -> TableCommit:
+        """A commit of the held table that adds nothing: it carries the job's state alone."""
+        held = self._held_table()
+        return TableCommit(
+            table=str(held.name),
+            op=CommitOp.APPEND,
+            partitions=(PartitionCommit(partition_desc=held.spec.desc({}), ops=()),),
         )
 
     def _table_commit(

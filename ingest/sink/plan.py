@@ -39,3 +39,16 @@ class SinkPlan:
     json_tables: Mapping[str, str] = field(default_factory=dict)
     #: The driver's log level, applied in the Python workers (they do not inherit its config).
     log_level: str = "INFO"
+    #: ``transactions: consistent``: which events go to the target tables, the rest is held.
+    holding: Holding | None = None
+
+
+@dataclass(frozen=True)
+class Holding:
+    """How a task splits its records in ``transactions: consistent`` mode."""
+
+    held: TableMeta
+    """The job's held table (:mod:`ingest.sink.held`): raw records of events not published."""
+    publish: frozenset[str]
+    """Transactions whose events go straight to the target tables (the driver expects them to
+    be published by this batch's commit, or they were published before, incomplete)."""

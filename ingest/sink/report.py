@@ -89,6 +89,11 @@ class TaskReport(_Model):
     #: topic -> its records and dead letters in this task
     topics: dict[str, TopicFigures] = Field(default_factory=dict)
     max_timestamp_ms: int | None = None
+    #: ``transactions: consistent``: per transaction id, the ranks (``total_order``) of the
+    #: events the task read, as sorted disjoint inclusive ranges (see ingest.transactions).
+    txn_events: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
+    #: Records the task put into the held table instead of a target table.
+    held: int = 0
     #: The task's own CPU and wall time (read + decode + write), for the batch log.
     cpu_ms: int = 0
     wall_ms: int = 0

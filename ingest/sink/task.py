@@ -41,8 +41,10 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import MessageField, message_key, message_millis, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
+from ingest.sink.held import event_ref, held_rows, sub_chunk
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import NewTable, TableCounts, TaskReport, TopicFigures, WrittenFile
+from ingest.transactions import ranges as txn_ranges
 
 REPORT_SCHEMA = "report string"
 DEAD_LETTER_SCHEMA = pa.schema([
@@ -70,8 +72,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
         max_timestamp_ms=max(known) if known else None,
     )
     if report.records:
-        write = _write_debezium if plan.source_format is SourceFormat.DEBEZIUM else _write_json
-        report = write(chunks, plan, report)
+        report = write_chunks(chunks, plan, report)
     report = report.model_copy(
         update={
             "cpu_ms": round((time.process_time() - started_cpu) * 1000),
@@ -80,6 +81,54 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     )
     log.debug("task_written", records=report.records, files=len(report.files))
     yield pa.RecordBatch.from_pydict({"report": [report.model_dump_json()]})
+
+
+def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -> TaskReport:
+    """Decode and write records (the driver calls it too, for held events it publishes).
+
+    With ``plan.holding`` (``transactions: consistent``), events of transactions not chosen for
+    publication go raw into the held table, and the report counts every event's rank."""
+    held = None
+    if plan.holding is not None:
+        chunks, held, ranks = split_for_holding(chunks, plan.holding.publish)
+        report = report.model_copy(update={"txn_events": ranks})
+    if plan.source_format is SourceFormat.DEBEZIUM:
+        report = _write_debezium(chunks, plan, report)
+    else:
+        report = _write_json(chunks, plan, report)
+    if held is not None and held.num_rows and plan.holding is not None:
+        acc = _Accumulator(report)
+        acc.commit(stage_append(plan.holding.held, held))
+        report = acc.report.model_copy(update={"held": report.held + held.num_rows})
+    return report
+
+
+def split_for_holding(
+    chunks: Iterable[RecordChunk], publish: frozenset[str]
+) -> tuple[list[RecordChunk], pa.Table | None, dict[str, list[tuple[int, int]]]]:
+    """Chunks of the records to write now, the held table's rows of the others, and per
+    transaction the ranks of its events. A chunk with nothing to hold passes unchanged."""
+    kept: list[RecordChunk] = []
+    held: list[pa.Table] = []
+    ranks: dict[str, list[int]] = defaultdict(list)
+    for chunk in chunks:
+        refs = [event_ref(v) for v in chunk.values]
+        hold: list[tuple[int, str, int]] = []
+        for i, ref in enumerate(refs):
+            if ref is not None:
+                ranks[ref[0]].append(ref[1])
+                if ref[0] not in publish:
+                    hold.append((i, ref[0], ref[1]))
+        if not hold:
+            kept.append(chunk)
+            continue
+        held.append(held_rows(chunk, hold))
+        holding = {i for i, _, _ in hold}
+        rest = [i for i in range(len(chunk)) if i not in holding]
+        if rest:
+            kept.append(sub_chunk(chunk, rest))
+    rows = pa.concat_tables(held) if held else None
+    return kept, rows, {txn: list(txn_ranges.ranges_of(orders)) for txn, orders in ranks.items()}
 
 
 def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RecordChunk]:

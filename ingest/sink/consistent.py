@@ -1,0 +1,388 @@
+"""The driver's share of ``transactions: consistent``: what a batch may publish, and the held
+events it publishes.
+
+Per batch (see :class:`ingest.sink.batch.BatchSink`), before the tasks run:
+
+1. the book is read from the job's last commit (``job_state["transactions"]``), so a restart
+   resumes from the catalog alone;
+2. the batch's range of the transaction topic (one partition, two small records per source
+   transaction) is read here and its markers are added to the book;
+3. the last record of each data partition's range is peeked, and the book names the
+   transactions that can have no event beyond the batch (``frontier_candidates``): the tasks
+   write those straight into the target tables, hold every other tagged event.
+
+After the tasks, :meth:`BatchTransactions.decide` takes in what they saw. A candidate that the
+decision does not publish (an event straggled in late) makes the sink write the batch again with
+the candidates cut before it: target rows of an unpublished transaction are never committed.
+Held transactions the decision publishes are read back from the held table (and from the held
+files this batch's tasks wrote), decoded and written here with the tasks' own code, and their
+held files are replaced by one file of what is still held - all in the batch's one commit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from catalog import (
+    CommitOp,
+    FileAction,
+    FileOp,
+    PartitionCommit,
+    SourceWatermark,
+    Table,
+    TableCommit,
+    TableMeta,
+    WriterProgress,
+)
+from catalog.files import read_whole_files
+from catalog.logs import get_logger
+from ingest import startpoint
+from ingest.kafka.brokerview import consumer_config
+from ingest.kafka.offsets import OffsetRange
+from ingest.kafka.options import SourceOptions
+from ingest.kafka.reader import read_messages
+from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
+from ingest.sink.report import TaskReport, WrittenFile
+from ingest.transactions import ranges
+from ingest.transactions.book import (
+    Decision,
+    PartitionTail,
+    TransactionBook,
+    TxnEvents,
+)
+from ingest.transactions.markers import decode_marker, is_transaction_topic
+from ingest.transactions.policy import OnTimeout
+from ingest.transactions.ranges import Ranges
+
+log = get_logger("lakestream.ingest")
+
+
+class CandidateNotPublished(Exception):
+    """A transaction the tasks wrote directly is not published by the decision: write again."""
+
+    def __init__(self, txn: str) -> None:
+        super().__init__(f"transaction {txn} turned out incomplete; writing the batch again")
+        self.txn = txn
+
+
+@dataclass(frozen=True)
+class TxnPolicy:
+    max_hold_s: float
+    on_timeout: OnTimeout
+
+
+def load_book(
+    progress: WriterProgress | None, collections: Sequence[str] | None
+) -> TransactionBook:
+    """The book stored with the job's last commit (an empty one at first)."""
+    state = progress.job_state if progress is not None else None
+    stored = state.get("transactions") if isinstance(state, Mapping) else None
+    book = TransactionBook.from_json(stored) if isinstance(stored, Mapping) else TransactionBook()
+    if collections is not None and book.collections is None:
+        book = replace(book, collections=tuple(sorted(collections)))
+    return book
+
+
+def collection_of(topic: str) -> str | None:
+    """The data collection (``schema.table``) Debezium names for a data topic."""
+    parts = topic.split(".")
+    return ".".join(parts[-2:]) if len(parts) >= 3 else None
+
+
+def batch_ranges(df: Any, checkpoint: Path, batch_id: int) -> list[OffsetRange]:
+    """The offset ranges of a batch: from Spark's offset log when it tells them (a file read),
+    else from the batch itself (``emit=ranges``: one tiny row per range, but a Spark job)."""
+    planned = planned_ranges(checkpoint, batch_id)
+    if planned is not None:
+        return planned
+    rows = df.collect()
+    return [
+        OffsetRange(r["topic"], int(r["partition"]), int(r["startOffset"]), int(r["endOffset"]))
+        for r in rows
+    ]
+
+
+def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | None:
+    """The ranges Spark planned for ``batch_id``: ``offsets/<batch_id>`` holds their ends (the
+    source's offset JSON, written before the batch runs, the same on a replay) and the batch
+    before, or batch 0's saved start (:mod:`ingest.startpoint`), their starts. None when either
+    is missing or a partition has no start (the caller then asks the batch)."""
+    end = _logged_offsets(checkpoint / "offsets" / str(batch_id))
+    if batch_id > 0:
+        start = _logged_offsets(checkpoint / "offsets" / str(batch_id - 1))
+    else:
+        saved = startpoint.read_state(checkpoint).saved
+        start = saved.offsets if saved is not None else None
+    if end is None or start is None:
+        return None
+    ranges = []
+    for topic, parts in sorted(end.items()):
+        for partition, stop in sorted(parts.items(), key=lambda item: int(item[0])):
+            begin = start.get(topic, {}).get(str(partition))
+            if begin is None or begin < 0:
+                return None
+            if stop > begin:
+                ranges.append(OffsetRange(topic, int(partition), int(begin), int(stop)))
+    return ranges
+
+
+def _logged_offsets(path: Path) -> dict[str, dict[str, int]] | None:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    if len(lines) < 3 or lines[0] != "v1":
+        return None
+    try:
+        body = json.loads(lines[2])
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in body.items()}
+
+
+@dataclass
+class BatchTransactions:
+    """The transaction state of one batch on the driver, across its write passes."""
+
+    book: TransactionBook
+    """With the batch's markers added; tasks' events are added per pass."""
+    policy: TxnPolicy
+    now: float
+    candidates: tuple[str, ...]
+    settled: frozenset[str]
+    """Published before (late or recent): their events pass straight through."""
+    decision: Decision | None = None
+    after: TransactionBook | None = None
+    loaded: TransactionBook = field(default_factory=TransactionBook)
+    """The book of the job's last commit, before this batch."""
+    markers: int = 0
+    cut: int | None = field(default=None)
+    """How many candidates the tasks may write directly (None: all)."""
+
+    @property
+    def publish(self) -> frozenset[str]:
+        chosen = self.candidates if self.cut is None else self.candidates[: self.cut]
+        return frozenset(chosen) | self.settled
+
+    def decide(self, reports: Sequence[TaskReport]) -> Decision:
+        """Take in what the tasks saw; raise :class:`CandidateNotPublished` if one of the
+        transactions written directly is not published (the batch is written again)."""
+        events = merged_events(reports)
+        book = self.book.add_events(events, self.now)
+        decision = book.decide(self.now, self.policy.max_hold_s, self.policy.on_timeout)
+        published = set(decision.publish)
+        direct = self.candidates if self.cut is None else self.candidates[: self.cut]
+        for i, txn in enumerate(direct):
+            if txn not in published:
+                self.cut = i
+                raise CandidateNotPublished(txn)
+        self.decision, self.after = decision, book.apply(decision)
+        return decision
+
+    def job_state(self) -> dict[str, object]:
+        assert self.after is not None
+        return {"transactions": self.after.to_json(), "held": self.after.summary()}
+
+    def watermark(self, tables: Iterable[str]) -> SourceWatermark | None:
+        assert self.decision is not None
+        point = self.decision.watermark
+        if point is None:
+            return None
+        return SourceWatermark(
+            batch=point,
+            tables=dict.fromkeys(sorted(tables), point),
+            exceptions=self.decision.exceptions,
+        )
+
+    def changed(self) -> bool:
+        """Whether the book to commit differs from the one the batch started from."""
+        return self.after is not None and self.after.to_json() != self.loaded.to_json()
+
+
+def start_batch(
+    book: TransactionBook,
+    ranges: Sequence[OffsetRange],
+    partitions: Iterable[tuple[str, int]],
+    kafka: SourceOptions,
+    policy: TxnPolicy,
+) -> BatchTransactions:
+    """Steps 1-3 of the module docstring for one batch. The transaction topic's range and the
+    data partitions' last records are read at the same time (both wait on the broker)."""
+    now = time.time()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        tails_read = pool.submit(partition_tails, ranges, partitions, kafka)
+        markers = [
+            m
+            for rng in ranges
+            if is_transaction_topic(rng.topic)
+            for messages in read_messages(rng, kafka)
+            for m in (decode_marker(x.key(), x.value()) for x in messages)
+            if m is not None
+        ]
+        tails = tails_read.result()
+    loaded, book = book, book.add_markers(markers, now)
+    candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
+    settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
+    return BatchTransactions(
+        book, policy, now, candidates, settled, loaded=loaded, markers=len(markers)
+    )
+
+
+def partition_tails(
+    ranges: Sequence[OffsetRange], partitions: Iterable[tuple[str, int]], kafka: SourceOptions
+) -> dict[Hashable, PartitionTail]:
+    """Per data partition the job reads, the transaction of the last record of its range;
+    partitions without a range in this batch are idle."""
+    tails: dict[Hashable, PartitionTail] = {}
+    for topic, partition in partitions:
+        if not is_transaction_topic(topic):
+            tails[(topic, partition)] = PartitionTail(idle=True, collection=collection_of(topic))
+    data = [r for r in ranges if not is_transaction_topic(r.topic) and r.end > r.start]
+    last = last_values(data, kafka)
+    for rng in data:
+        value = last.get((rng.topic, rng.partition))
+        ref = event_ref(value) if value is not None else None
+        tails[(rng.topic, rng.partition)] = PartitionTail(
+            txn=None if ref is None else ref[0], collection=collection_of(rng.topic)
+        )
+    return tails
+
+
+def last_values(
+    ranges: Sequence[OffsetRange], kafka: SourceOptions
+) -> dict[tuple[str, int], bytes | None]:
+    """The value of the last record of each range, with one consumer for all of them (one
+    fetch round). A range whose last offset is a gap (real Kafka: a transaction marker, a
+    compacted record) is read whole instead."""
+    found: dict[tuple[str, int], bytes | None] = {}
+    if not ranges:
+        return found
+    ends = {(r.topic, r.partition): r.end for r in ranges}
+    managed: dict[str, str | bool] = {"enable.partition.eof": True, "auto.offset.reset": "error"}
+    consumer = Consumer(consumer_config(kafka.kafka_config, managed))
+    deadline = time.monotonic() + kafka.poll_timeout_ms / 1000
+    try:
+        consumer.assign([KafkaPartition(r.topic, r.partition, r.end - 1) for r in ranges])
+        pending = set(ends)
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(len(pending), timeout=0.25):
+                where = (message.topic(), message.partition())
+                error = message.error()
+                if where not in pending:
+                    continue
+                if error is None and message.offset() == ends[where] - 1:
+                    found[where] = message.value()
+                    pending.discard(where)
+                elif error is None or error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(where)  # a gap at the end: the range is read below
+    finally:
+        consumer.close()
+    for rng in ranges:
+        if (rng.topic, rng.partition) not in found:
+            found[(rng.topic, rng.partition)] = _read_last(rng, kafka)
+    return found
+
+
+def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
+    value: bytes | None = None
+    for messages in read_messages(rng, kafka):
+        value = messages[-1].value()
+    return value
+
+
+def merged_events(reports: Sequence[TaskReport]) -> dict[str, TxnEvents]:
+    """Per transaction, the ranks every task saw of it (most are seen by one task only: their
+    ranges are taken as they are, only the others are merged)."""
+    seen: dict[str, Ranges] = {}
+    for report in reports:
+        for txn, runs in report.txn_events.items():
+            mine = tuple(runs)
+            known = seen.get(txn)
+            seen[txn] = mine if known is None else ranges.merge(known, mine)
+    return {txn: TxnEvents(orders) for txn, orders in seen.items()}
+
+
+# -- publishing held events ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldRelease:
+    """The held events a decision publishes, read back, and the held table's commit."""
+
+    rows: pa.Table
+    """Raw records of the published held events (decoded and written by the caller)."""
+    commit: TableCommit | None
+    """The held table's part of the batch's commit (None: nothing beyond the tasks' files)."""
+    replaces_new: bool = False
+    """The batch's new held files are not committed: ``commit`` holds what stays of them."""
+
+
+def release_held(
+    held: Table,
+    base_version: int,
+    new_files: Sequence[WrittenFile],
+    publish: Iterable[str],
+    write_remainder: Any,
+) -> HeldRelease:
+    """Split the held events (committed at ``base_version`` plus this batch's ``new_files``)
+    into those ``publish`` names and the rest. When some are published, the held table's commit
+    removes the committed held files and adds one file of the rest (``write_remainder`` stages
+    it: rows -> TableCommit); otherwise it just adds the batch's new held files."""
+    meta = held.meta
+    chosen = set(publish)
+    committed = [
+        (p.partition_desc, f) for p in held.plan(version=base_version).partitions for f in p.files
+    ]
+    rows = _read(meta, [f for _, f in committed] + [w.file for w in new_files])
+    out, still = split_held(rows, chosen)
+    if out.num_rows == 0:
+        return HeldRelease(out, None)
+    dels: dict[str, list[FileOp]] = {}
+    for desc, file in committed:
+        dels.setdefault(desc, []).append(FileOp(action=FileAction.DELETE, file=file))
+    adds: TableCommit | None = write_remainder(still) if still.num_rows else None
+    for part in adds.partitions if adds is not None else ():
+        dels.setdefault(part.partition_desc, []).extend(part.ops)
+    if not dels:  # published rows came only from this batch's files, nothing stays
+        return HeldRelease(out, None, replaces_new=True)
+    op = CommitOp.UPDATE if committed else CommitOp.APPEND
+    commit = TableCommit(
+        table=str(meta.name),
+        op=op,
+        partitions=tuple(
+            PartitionCommit(partition_desc=d, ops=tuple(ops)) for d, ops in sorted(dels.items())
+        ),
+        base_version=base_version,
+    )
+    return HeldRelease(out, commit, replaces_new=True)
+
+
+def _read(meta: TableMeta, files: Sequence[Any]) -> pa.Table:
+    if not files:
+        return HELD_SCHEMA.empty_table()
+    return read_whole_files(meta.location, files, HELD_SCHEMA, meta.current_schema_id)
+
+
+__all__ = [
+    "BatchTransactions",
+    "CandidateNotPublished",
+    "HeldRelease",
+    "TxnPolicy",
+    "batch_ranges",
+    "chunks_of",
+    "load_book",
+    "release_held",
+    "start_batch",
+]

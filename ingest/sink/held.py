@@ -1,0 +1,162 @@
+"""Events held back from the target tables, kept in the lake: the job's hidden held table.
+
+In ``transactions: consistent`` mode a change event whose source transaction cannot be published
+yet is not kept in memory: its raw Kafka record goes into an append table of the job,
+``lakestream_jobs.<job>_held``, in the same catalog commit as the batch's target files and
+offsets. A restart (kill -9, lost checkpoint) therefore finds every held event in the catalog,
+next to the transaction book of the same commit, and nothing is read from Kafka twice.
+
+When held transactions publish, their records are read back as decoder-ready chunks and written
+into the target tables; the held files they lived in are removed and what is still held is
+rewritten into one file, in that same commit (an ``update`` of the held table).
+
+The ``transaction`` block of each change event is read here without parsing the whole event
+(:func:`event_ref`): the tasks look at every record, so this is on the hot path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.debezium import RecordChunk
+from ingest.transactions import normalise_id
+
+HELD_NAMESPACE = "lakestream_jobs"
+HELD_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+    ("key", pa.binary()), ("value", pa.binary()), ("timestamp_ms", pa.int64()),
+    ("txn_id", pa.string()), ("total_order", pa.int64()),
+])  # fmt: skip
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+_UNSAFE = re.compile(r"[^a-z0-9_]")
+#: The ``transaction`` block as Debezium writes it: id first, then total_order.
+_BLOCK = re.compile(
+    rb'"transaction"\s*:\s*(?:(null)|\{\s*"id"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
+    rb'"total_order"\s*:\s*"?(\d+)"?)'
+)
+_ANY_BLOCK = re.compile(rb'"transaction"\s*:\s*(\{[^{}]*\})')
+
+
+class HeldNameError(ValueError):
+    """The job's name cannot name a held table."""
+
+
+def held_table_name(job: str) -> str:
+    """``lakestream_jobs.<job>_held``; a name with characters a table name cannot hold is made
+    safe and given a short hash of the original, so two such jobs never share a held table."""
+    lowered = job.lower()
+    safe = _UNSAFE.sub("_", lowered)
+    if safe != lowered or safe != job:
+        safe = f"{safe}_{hashlib.sha256(job.encode()).hexdigest()[:8]}"
+    if not _IDENTIFIER.fullmatch(safe) or len(safe) > 58:
+        raise HeldNameError(f"job name {job!r} cannot name a held table ({safe!r})")
+    return f"{HELD_NAMESPACE}.{safe}_held"
+
+
+def event_ref(value: bytes | None) -> tuple[str, int] | None:
+    """The (transaction id, total_order) of a change event, None when it carries no block.
+
+    The last ``"transaction":`` key of the value is the envelope's: row images come before it
+    in Debezium's field order, and a key inside a string value would be escaped."""
+    if value is None:
+        return None
+    at = value.rfind(b'"transaction"')
+    if at < 0:
+        return None
+    match = _BLOCK.match(value, at)
+    if match is not None:
+        if match.group(1) is not None:
+            return None
+        return normalise_id(match.group(2).decode()), int(match.group(3))
+    return _slow_ref(value, at)
+
+
+def _slow_ref(value: bytes, at: int) -> tuple[str, int] | None:
+    """A block with its fields in another order, or with spaces and escapes."""
+    match = _ANY_BLOCK.match(value, at)
+    if match is None:
+        return None
+    try:
+        block = orjson.loads(match.group(1))
+    except orjson.JSONDecodeError:
+        return None
+    raw, order = block.get("id"), block.get("total_order")
+    if not isinstance(raw, str) or not str(order).isdigit():
+        return None
+    return normalise_id(raw), int(order)
+
+
+def held_rows(chunk: RecordChunk, picks: Sequence[tuple[int, str, int]]) -> pa.Table:
+    """The held table's rows for some records of a chunk: (index, txn id, total_order)."""
+    index = [i for i, _, _ in picks]
+    return pa.table(
+        {
+            "topic": pa.array([chunk.topic] * len(index), pa.string()),
+            "partition": pa.array([chunk.partition] * len(index), pa.int32()),
+            "offset": pa.array([chunk.offsets[i] for i in index], pa.int64()),
+            "key": pa.array([chunk.keys[i] for i in index], pa.binary()),
+            "value": pa.array([chunk.values[i] for i in index], pa.binary()),
+            "timestamp_ms": pa.array([chunk.timestamps_ms[i] for i in index], pa.int64()),
+            "txn_id": pa.array([t for _, t, _ in picks], pa.string()),
+            "total_order": pa.array([o for _, _, o in picks], pa.int64()),
+        },
+        schema=HELD_SCHEMA,
+    )
+
+
+def sub_chunk(chunk: RecordChunk, keep: Sequence[int]) -> RecordChunk:
+    """The records ``keep`` (indices, in order) of a chunk."""
+    return RecordChunk(
+        chunk.topic,
+        chunk.partition,
+        [chunk.offsets[i] for i in keep],
+        [chunk.keys[i] for i in keep],
+        [chunk.values[i] for i in keep],
+        [chunk.timestamps_ms[i] for i in keep],
+    )
+
+
+def chunks_of(rows: pa.Table) -> list[RecordChunk]:
+    """Held rows as decoder-ready chunks, per topic-partition in offset order (so a key's
+    changes reach the decoder in source order)."""
+    if rows.num_rows == 0:
+        return []
+    ordered = rows.sort_by([("topic", "ascending"), ("partition", "ascending"),
+                            ("offset", "ascending")])  # fmt: skip
+    chunks: list[RecordChunk] = []
+    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+    topics = ordered.column("topic").to_pylist()
+    partitions = ordered.column("partition").to_pylist()
+    for i, key in enumerate(zip(topics, partitions, strict=True)):
+        groups[key].append(i)
+    offsets = ordered.column("offset").to_pylist()
+    keys = ordered.column("key").to_pylist()
+    values = ordered.column("value").to_pylist()
+    stamps = ordered.column("timestamp_ms").to_pylist()
+    for (topic, partition), index in groups.items():
+        chunks.append(
+            RecordChunk(
+                topic,
+                partition,
+                [offsets[i] for i in index],
+                [keys[i] for i in index],
+                [values[i] for i in index],
+                [stamps[i] for i in index],
+            )
+        )
+    return chunks
+
+
+def split_held(rows: pa.Table, publish: Iterable[str]) -> tuple[pa.Table, pa.Table]:
+    """Held rows split into (those of the transactions to publish, those still held)."""
+    chosen = pa.array(sorted(set(publish)), pa.string())
+    mask = pc.is_in(rows.column("txn_id"), value_set=chosen)
+    return rows.filter(mask), rows.filter(pc.invert(mask))

@@ -1,0 +1,510 @@
+"""The transaction book: which source transactions a job has seen, which are complete, and which
+the next commit publishes.
+
+The rule (issue 13, ``transactions: consistent``): publication is a *prefix of commit order*.
+Commit order is the order of END markers in the transaction topic (one partition, written in
+commit order). A transaction is published in the first batch in which it and every transaction
+before it are complete - END seen and ``event_count`` distinct ``total_order`` ranks seen, over
+this batch and the held ones. Why a prefix and not "every complete transaction": with T1
+(A-=10, B+=10) held and T2 (A-=5, C+=5) complete, T2's row image of A already includes T1, so
+publishing T2 alone shows A and C without B - the sum is off by 10.
+
+Transactions whose END is not seen yet ("open") come after every END-known one in commit order:
+the transaction topic is read in order, so an END before a known END is known too. They wait at
+the tail. A transaction blocking the prefix for longer than ``max_hold`` (counted from when the
+job first saw any of its records) is published incomplete with ``on_timeout: publish`` and named
+in the commit's exceptions; events of it that come later are published at once and named again.
+
+The book is a value: every operation returns a new book, :meth:`TransactionBook.to_json` /
+:meth:`TransactionBook.from_json` store it with each catalog commit (so a restarted job resumes
+exactly), and published transactions are forgotten so that it stays small - only the last
+:data:`RECENT_LIMIT` ids are kept, to recognise duplicates of them.
+
+The order of a batch, for the sink: :meth:`~TransactionBook.add_markers` (the batch's range of
+the transaction topic), :meth:`~TransactionBook.frontier_candidates` (what tasks may write to the
+target tables directly), :meth:`~TransactionBook.add_events` (what the tasks saw),
+:meth:`~TransactionBook.decide`, then :meth:`~TransactionBook.apply` of that decision, whose
+result's :meth:`~TransactionBook.to_json` and :meth:`~TransactionBook.summary` go into the
+commit's ``job_state``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from catalog import SourcePoint, SourceWatermark
+from ingest.errors import IngestError
+from ingest.transactions import ranges
+from ingest.transactions.markers import MarkerStatus, TransactionMarker
+from ingest.transactions.policy import OnTimeout
+from ingest.transactions.ranges import Ranges
+
+__all__ = [
+    "LATE_LIMIT",
+    "RECENT_LIMIT",
+    "WARN_EVERY_S",
+    "BadTransactionState",
+    "Decision",
+    "HoldWarning",
+    "PartitionTail",
+    "Point",
+    "TransactionBook",
+    "TxnEvents",
+    "TxnState",
+]
+
+#: Ids of published transactions remembered, so that duplicates of their events pass through.
+RECENT_LIMIT = 256
+#: Transactions published incomplete remembered, so that their late events are named again.
+LATE_LIMIT = 1024
+#: Seconds between two warnings about transactions held longer than ``max_hold``.
+WARN_EVERY_S = 60.0
+_FORMAT = 1
+#: A data partition, as the caller names it (topic and partition, say).
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+class BadTransactionState(IngestError, ValueError):
+    """A stored book (``job_state["transactions"]``) that cannot be read back."""
+
+
+@dataclass(frozen=True)
+class TxnEvents:
+    """What a batch's tasks saw of one transaction: the ranks of its events, and the greatest
+    source position (32 hex digits) and source time among them."""
+
+    orders: Ranges
+    max_position: str | None = None
+    max_ts_ms: int | None = None
+
+    @classmethod
+    def of(
+        cls, orders: Iterable[int], max_position: str | None = None, max_ts_ms: int | None = None
+    ) -> TxnEvents:
+        return cls(ranges.ranges_of(orders), max_position, max_ts_ms)
+
+    def merge(self, other: TxnEvents) -> TxnEvents:
+        """Both tasks' sightings as one (the driver merges what its tasks report)."""
+        return TxnEvents(
+            ranges.merge(self.orders, other.orders),
+            _max(self.max_position, other.max_position),
+            _max(self.max_ts_ms, other.max_ts_ms),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TxnState:
+    """One transaction not yet published whole: held, or published incomplete (late)."""
+
+    id: str
+    first_seen: float
+    """Epoch seconds when the job first saw a record of it (event or END)."""
+    seen: Ranges = ()
+    ended: bool = False
+    total: int | None = None
+    """The END's ``event_count``: ranks run 1..total."""
+    expected: int | None = None
+    """Events of it the job reads (the END's counts of the job's tables)."""
+    touched: tuple[str, ...] = ()
+    """The data collections the END lists (empty: not known)."""
+    ts_ms: int | None = None
+    end_position: str | None = None
+    max_position: str | None = None
+    max_ts_ms: int | None = None
+
+    @property
+    def events(self) -> int:
+        return ranges.count(self.seen)
+
+    @property
+    def complete(self) -> bool:
+        return self.expected is not None and ranges.count(self.seen, self.total) >= self.expected
+
+    # see() and end() build the next state by hand: dataclasses.replace was most of the book's
+    # time per batch (tens of thousands of transactions per batch).
+
+    def see(self, events: TxnEvents) -> TxnState:
+        return TxnState(
+            self.id,
+            self.first_seen,
+            ranges.merge(self.seen, events.orders),
+            self.ended,
+            self.total,
+            self.expected,
+            self.touched,
+            self.ts_ms,
+            self.end_position,
+            _max(self.max_position, events.max_position),
+            _max(self.max_ts_ms, events.max_ts_ms),
+        )
+
+    def end(self, marker: TransactionMarker, collections: frozenset[str] | None) -> TxnState:
+        return TxnState(
+            self.id,
+            self.first_seen,
+            self.seen,
+            True,
+            marker.event_count,
+            marker.count_for(collections),
+            tuple(name for name, _ in marker.collections),
+            marker.ts_ms,
+            marker.position,
+            self.max_position,
+            self.max_ts_ms,
+        )
+
+
+@dataclass(frozen=True)
+class Point:
+    """The end of the published prefix: its last transaction, where and when it committed."""
+
+    txn: str
+    position: str | None = None
+    ts_ms: int | None = None
+
+    def source_point(self) -> SourcePoint | None:
+        if self.position is None:
+            return None
+        time = None
+        if self.ts_ms is not None:
+            time = dt.datetime.fromtimestamp(self.ts_ms / 1000, tz=dt.UTC)
+        return SourcePoint(position=self.position, source_time=time, transaction=self.txn)
+
+
+@dataclass(frozen=True)
+class HoldWarning:
+    """Transactions held longer than ``max_hold`` (the job logs ``transactions_held_too_long``)."""
+
+    count: int
+    oldest_age_s: float
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the commit of a batch publishes (see :meth:`TransactionBook.decide`)."""
+
+    decided_at: float
+    publish: tuple[str, ...]
+    """Transactions whose events go into the target tables now: the prefix in commit order,
+    then events of transactions published before (late ones and duplicates)."""
+    exceptions: tuple[str, ...]
+    """Those of ``publish`` that are incomplete (``SourceWatermark.exceptions``)."""
+    held: tuple[str, ...]
+    """Transactions that stay held, in commit order (END-known first)."""
+    blocking: str | None
+    """The first held transaction: it keeps every later one back."""
+    frontier: Point | None
+    warning: HoldWarning | None = None
+
+    @property
+    def watermark(self) -> SourcePoint | None:
+        """The batch's source point: the last transaction of the published prefix; None while
+        nothing was ever published (then the commit carries no watermark)."""
+        return None if self.frontier is None else self.frontier.source_point()
+
+    def source_watermark(self, tables: Iterable[str]) -> SourceWatermark | None:
+        """``CommitRequest.source_watermark`` for a commit writing ``tables``: the same point for
+        each (a prefix is consistent for every table), and the exceptions."""
+        point = self.watermark
+        if point is None:
+            return None
+        return SourceWatermark(
+            batch=point, tables=dict.fromkeys(tables, point), exceptions=self.exceptions
+        )
+
+
+@dataclass(frozen=True)
+class PartitionTail:
+    """What the batch read of one data partition, for :meth:`TransactionBook.frontier_candidates`.
+
+    ``txn``: the (normalised) transaction of the last event of the partition's range, None when
+    that event has none (a snapshot read). ``idle``: the range was empty. ``collection``: the
+    data collection of the partition's topic as END markers name it (``public.orders``); None
+    when unknown - the partition is then taken to hold events of every transaction."""
+
+    txn: str | None = None
+    idle: bool = False
+    collection: str | None = None
+
+
+@dataclass(frozen=True)
+class TransactionBook:
+    """The job's transaction bookkeeping between two commits (see the module docstring)."""
+
+    ended: tuple[TxnState, ...] = ()
+    """END known, not published: commit order."""
+    open: tuple[TxnState, ...] = ()
+    """Events seen, no END yet: order first seen."""
+    late: tuple[TxnState, ...] = ()
+    """Published incomplete, still missing events."""
+    recent: tuple[str, ...] = ()
+    """The last published complete transactions (oldest first)."""
+    arrivals: tuple[str, ...] = ()
+    """Late or recent transactions with events since the last decision."""
+    frontier: Point | None = None
+    warned_at: float | None = None
+    collections: tuple[str, ...] | None = field(default=None)
+    """The data collections the job reads, when known: END counts of others are not awaited."""
+
+    # -- feeding -----------------------------------------------------------------------------
+
+    def add_markers(self, markers: Iterable[TransactionMarker], now: float) -> TransactionBook:
+        """The book with the END markers of a batch (in topic order) taken in; BEGIN markers
+        and ENDs of transactions already known to be ended or published are ignored."""
+        wanted = None if self.collections is None else frozenset(self.collections)
+        ended, open_ = list(self.ended), {t.id: t for t in self.open}
+        late = {t.id: t for t in self.late}
+        known = {t.id for t in self.ended} | set(self.recent)
+        for marker in markers:
+            if marker.status is not MarkerStatus.END or marker.id in known:
+                continue
+            if marker.id in late:
+                late[marker.id] = late[marker.id].end(marker, wanted)
+                continue
+            state = open_.pop(marker.id, None) or TxnState(marker.id, first_seen=now)
+            ended.append(state.end(marker, wanted))
+            known.add(marker.id)
+        return replace(
+            self, ended=tuple(ended), open=tuple(open_.values()), late=tuple(late.values())
+        )
+
+    def add_events(self, events: Mapping[str, TxnEvents], now: float) -> TransactionBook:
+        """The book with a batch's events (per transaction id, merged over tasks) taken in."""
+        ended = {t.id: t for t in self.ended}
+        open_ = {t.id: t for t in self.open}
+        late = {t.id: t for t in self.late}
+        recent, arrivals = set(self.recent), dict.fromkeys(self.arrivals)
+        for txn, seen in events.items():
+            if txn in ended:
+                ended[txn] = ended[txn].see(seen)
+            elif txn in late:
+                late[txn] = late[txn].see(seen)
+                arrivals[txn] = None
+            elif txn in recent:
+                arrivals[txn] = None
+            else:
+                open_[txn] = open_.get(txn, TxnState(txn, first_seen=now)).see(seen)
+        return replace(
+            self,
+            ended=tuple(ended.values()),
+            open=tuple(open_.values()),
+            late=tuple(late.values()),
+            arrivals=tuple(arrivals),
+        )
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def decide(self, now: float, max_hold: float, on_timeout: OnTimeout) -> Decision:
+        """What to publish now: the longest prefix of complete transactions (with ``publish``,
+        timed-out ones count as complete and are named as exceptions), then late arrivals."""
+        publish: list[str] = []
+        exceptions: list[str] = []
+        frontier, blocking = self.frontier, None
+        for state in self.ended:
+            if not state.complete and not self._gives_up(state, now, max_hold, on_timeout):
+                blocking = state
+                break
+            publish.append(state.id)
+            if not state.complete:
+                exceptions.append(state.id)
+            frontier = _point(state, frontier)
+        if blocking is None:
+            for state in self.open:
+                if not self._gives_up(state, now, max_hold, on_timeout):
+                    blocking = state
+                    break
+                publish.append(state.id)
+                exceptions.append(state.id)
+        late = {t.id for t in self.late}
+        for txn in self.arrivals:
+            publish.append(txn)
+            if txn in late:
+                exceptions.append(txn)
+        published = set(publish)
+        held = [t for t in (*self.ended, *self.open) if t.id not in published]
+        return Decision(
+            decided_at=now,
+            publish=tuple(publish),
+            exceptions=tuple(exceptions),
+            held=tuple(t.id for t in held),
+            blocking=None if blocking is None else blocking.id,
+            frontier=frontier,
+            warning=self._warning(held, now, max_hold),
+        )
+
+    @staticmethod
+    def _gives_up(state: TxnState, now: float, max_hold: float, on_timeout: OnTimeout) -> bool:
+        return on_timeout is OnTimeout.PUBLISH and now - state.first_seen >= max_hold
+
+    def _warning(self, held: list[TxnState], now: float, max_hold: float) -> HoldWarning | None:
+        if self.warned_at is not None and now - self.warned_at < WARN_EVERY_S:
+            return None
+        over = sorted((t for t in held if now - t.first_seen >= max_hold), key=_age_key)
+        if not over:
+            return None
+        return HoldWarning(len(over), now - over[0].first_seen, tuple(t.id for t in over[:10]))
+
+    def apply(self, decision: Decision) -> TransactionBook:
+        """The book after ``decision`` was committed. ``decision`` must come from this book's
+        :meth:`decide`, with nothing added in between."""
+        published = set(decision.publish)
+        exceptions = set(decision.exceptions)
+        late_ids = {t.id for t in self.late}
+        recent = list(self.recent)
+        late: list[TxnState] = []
+        for state in (*self.late, *self.ended, *self.open):
+            if state.id not in published and state.id not in late_ids:
+                continue  # still held
+            doubtful = state.id in exceptions or state.id in late_ids
+            if not doubtful or state.complete:
+                recent.append(state.id)  # whole in the lake: forgotten
+            else:
+                late.append(state)  # published incomplete: its events are still to come
+        return replace(
+            self,
+            ended=tuple(t for t in self.ended if t.id not in published),
+            open=tuple(t for t in self.open if t.id not in published),
+            late=tuple(late[-LATE_LIMIT:]),
+            recent=tuple(recent[-RECENT_LIMIT:]),
+            arrivals=(),
+            frontier=decision.frontier,
+            warned_at=decision.decided_at if decision.warning is not None else self.warned_at,
+        )
+
+    # -- the direct path ---------------------------------------------------------------------
+
+    def frontier_candidates(self, tails: Mapping[_Key, PartitionTail]) -> tuple[str, ...]:
+        """The END-known transactions that can have no event beyond the batch's ranges: the
+        longest prefix of commit order whose every transaction each partition has passed.
+
+        ``tails`` must name every data partition the job reads (idle ones too). Assumes that
+        within one partition events come in commit order, so a partition has passed every
+        transaction committed before the one of its last event. A partition whose last event
+        belongs to an open transaction has passed every END-known one; an idle partition, or
+        one whose last event has no transaction or one published already, has passed none.
+        A partition constrains only the transactions whose END lists its data collection
+        (every one when either is unknown). A transaction with events in a collection that no
+        partition names (a table the job does not read, unless :attr:`collections` leaves it
+        out) cannot complete, so it is never a candidate: give every partition its collection.
+        Markers of the batch must be added first, its events after.
+        """
+        index = {t.id: i for i, t in enumerate(self.ended)}
+        settled = {t.id for t in self.late} | set(self.recent)
+        # how far the slowest partition of each collection got (None: of an unknown one)
+        reach: dict[str | None, float] = {}
+        for tail in tails.values():
+            upto = _passed(tail, index, settled)
+            reach[tail.collection] = min(reach.get(tail.collection, math.inf), upto)
+        anywhere = min(reach.values(), default=math.inf)
+        unknown = reach.get(None, math.inf)
+        wanted = None if self.collections is None else frozenset(self.collections)
+        out: list[str] = []
+        for i, state in enumerate(self.ended):
+            touched = state.touched
+            if any(c not in reach and (wanted is None or c in wanted) for c in touched):
+                break
+            upto = min((reach.get(c, math.inf) for c in touched), default=anywhere)
+            if i >= min(upto, unknown):
+                break
+            out.append(state.id)
+        return tuple(out)
+
+    # -- storing -----------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """The ``held`` figures of ``job_state`` (status command, metrics)."""
+        held = (*self.ended, *self.open)
+        oldest = min((t.first_seen for t in held), default=None)
+        blocking = next((t.id for t in held if not t.complete), None)
+        return {
+            "transactions": len(held),
+            "events": sum(t.events for t in held),
+            "oldest_first_seen": None if oldest is None else _iso(oldest),
+            "blocking": blocking,
+        }
+
+    def job_state(self) -> dict[str, Any]:
+        """``CommitRequest.job_state`` of the commit that leaves the job with this book."""
+        return {"transactions": self.to_json(), "held": self.summary()}
+
+    @classmethod
+    def from_job_state(
+        cls, job_state: Mapping[str, Any] | None, collections: Iterable[str] | None = None
+    ) -> TransactionBook:
+        """The book a job's last commit stored (``WriterProgress.job_state``); an empty one
+        when there is none. ``collections``: the tables the job reads now (the configuration
+        may have changed since), None when not known.
+
+        Raises:
+            BadTransactionState: the stored book cannot be read.
+        """
+        stored = None if job_state is None else job_state.get("transactions")
+        book = cls() if stored is None else cls.from_json(stored)
+        return replace(book, collections=None if collections is None else tuple(collections))
+
+    def to_json(self) -> dict[str, Any]:
+        """The book as JSON values (``job_state["transactions"]``)."""
+        body: dict[str, Any] = _ADAPTER.dump_python(self, mode="json")
+        return {"format": _FORMAT, **body}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TransactionBook:
+        """The book :meth:`to_json` gave.
+
+        Raises:
+            BadTransactionState: ``data`` is not a stored book of this format.
+        """
+        body = dict(data)
+        if body.pop("format", None) != _FORMAT:
+            raise BadTransactionState(f"stored transaction book of unknown format: {data!r:.80}")
+        try:
+            return _ADAPTER.validate_python(body)
+        except ValidationError as exc:
+            raise BadTransactionState(f"stored transaction book is invalid: {exc}") from None
+
+
+_ADAPTER: TypeAdapter[TransactionBook] = TypeAdapter(TransactionBook)
+
+
+def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) -> float:
+    """How many END-known transactions (a prefix of them) the partition has passed.
+
+    A transaction neither END-known nor published (``settled``) is open, or first seen in this
+    batch: it commits after every END-known one. A duplicate of a transaction published so long
+    ago that the book forgot it looks the same; that is the one case this cannot tell."""
+    if tail.idle or tail.txn is None or tail.txn in settled:
+        return 0
+    return index.get(tail.txn, math.inf)
+
+
+def _point(state: TxnState, before: Point | None) -> Point:
+    position = state.end_position or state.max_position
+    if position is None and before is not None:
+        position = before.position
+    return Point(state.id, position, state.ts_ms if state.ts_ms is not None else state.max_ts_ms)
+
+
+def _age_key(state: TxnState) -> float:
+    return state.first_seen
+
+
+def _iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).isoformat()
+
+
+_Comparable = TypeVar("_Comparable", int, str)
+
+
+def _max(a: _Comparable | None, b: _Comparable | None) -> _Comparable | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)

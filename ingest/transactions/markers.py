@@ -1,0 +1,214 @@
+"""Debezium's transaction metadata, read: the BEGIN/END markers of the ``<prefix>.transaction``
+topic and the ``transaction`` block of each change event.
+
+With ``provide.transaction.metadata=true`` Debezium writes, per source transaction, a BEGIN and an
+END record to the transaction topic (key ``{"id": ...}``; the END carries ``event_count`` and the
+per-table ``data_collections`` counts) and gives every change event a block ``{"id", "total_order",
+"data_collection_order"}``. Records come with or without the JsonConverter's schema envelope.
+
+Transaction ids are *normalised* before anything compares them. Debezium 3.x's PostgreSQL
+connector names a transaction ``<txId>:<lsn>`` where the LSN is that of the record at hand: a
+capture of one transaction of three events gave BEGIN ``733:26386320``, events ``733:26386320``,
+``733:26386400``, ``733:26386504`` and END ``733:26386680``. Only ``txId`` names the transaction;
+the END's LSN is its commit position, which this module keeps as the marker's source position
+(the PostgreSQL layout of :mod:`ingest.debezium.position`). Ids of any other shape (SQL Server's
+``00000025:00000d08:0025``, MySQL GTIDs ``<uuid>:<n>``, plain numbers) are taken as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+import orjson
+
+from ingest.debezium.position import LSN_LIMIT, postgres_position
+from ingest.errors import IngestError
+
+__all__ = [
+    "BadTransactionMetadata",
+    "MarkerStatus",
+    "TransactionMarker",
+    "TransactionRef",
+    "decode_marker",
+    "is_transaction_topic",
+    "normalise_id",
+    "transaction_ref",
+]
+
+#: ``<txId>:<lsn>``, the PostgreSQL connector's ids (see the module docstring).
+_PG_ID = re.compile(r"(\d+):(\d+)")
+_TOPIC_SUFFIX = ".transaction"
+
+
+class BadTransactionMetadata(IngestError, ValueError):
+    """A transaction marker or a change event's ``transaction`` block that cannot be read.
+
+    The sink turns it into a dead letter of the record; ``reason`` says what was wrong."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class MarkerStatus(StrEnum):
+    BEGIN = "BEGIN"
+    END = "END"
+
+
+@dataclass(frozen=True)
+class TransactionMarker:
+    """One record of the transaction topic, decoded.
+
+    ``event_count`` and ``collections`` (data collection -> its events) are given by END markers
+    only; ``position`` (32 hex digits, the 16-byte source position) only where the id carries one.
+    """
+
+    status: MarkerStatus
+    id: str
+    event_count: int | None = None
+    collections: tuple[tuple[str, int], ...] = ()
+    ts_ms: int | None = None
+    position: str | None = None
+
+    def count_for(self, collections: frozenset[str] | None) -> int | None:
+        """The events of this transaction in ``collections`` (None: all of them), that is, the
+        events a job reading only those tables will see; None for a BEGIN marker.
+
+        A marker without per-collection counts gives its whole count: nothing tells which of
+        its events the job reads, so it waits for all of them."""
+        if self.event_count is None:
+            return None
+        if collections is None or not self.collections:
+            return self.event_count
+        return sum(n for name, n in self.collections if name in collections)
+
+
+@dataclass(frozen=True)
+class TransactionRef:
+    """The ``transaction`` block of a change event: its transaction and its rank in it (1-based,
+    over the events of every table of the transaction)."""
+
+    id: str
+    total_order: int
+
+
+def is_transaction_topic(topic: str) -> bool:
+    """True for a topic named ``<something>.transaction``, Debezium's default name."""
+    return topic.endswith(_TOPIC_SUFFIX) and len(topic) > len(_TOPIC_SUFFIX)
+
+
+def normalise_id(raw: str) -> str:
+    """The id that names a transaction in every record of it (see the module docstring)."""
+    match = _PG_ID.fullmatch(raw)
+    return match.group(1) if match else raw
+
+
+def decode_marker(key: bytes | None, value: bytes | None) -> TransactionMarker | None:
+    """The marker in one record of the transaction topic; None for a tombstone.
+
+    Raises:
+        BadTransactionMetadata: the value is not a BEGIN/END marker Debezium writes.
+    """
+    del key  # the key repeats the id; the value is what counts
+    if value is None:
+        return None
+    body = _payload(_json(value))
+    if not isinstance(body, dict):
+        raise BadTransactionMetadata("a transaction marker must be a JSON object")
+    status = body.get("status")
+    if status not in ("BEGIN", "END"):
+        raise BadTransactionMetadata(f"transaction marker status {status!r} is not BEGIN or END")
+    raw_id = _text(body.get("id"), "id")
+    marker = TransactionMarker(
+        status=MarkerStatus(status),
+        id=normalise_id(raw_id),
+        ts_ms=_count(body.get("ts_ms"), "ts_ms", optional=True),
+    )
+    if marker.status is MarkerStatus.BEGIN:
+        return marker
+    return TransactionMarker(
+        status=marker.status,
+        id=marker.id,
+        event_count=_count(body.get("event_count"), "event_count"),
+        collections=_collections(body.get("data_collections")),
+        ts_ms=marker.ts_ms,
+        position=_position(raw_id),
+    )
+
+
+def transaction_ref(payload: Mapping[str, object]) -> TransactionRef | None:
+    """The ``transaction`` block of a change event's payload (schema envelope already removed);
+    None when the event has none (snapshot reads, sources without transaction metadata).
+
+    Raises:
+        BadTransactionMetadata: the block is there but does not name a transaction and a rank.
+    """
+    block = payload.get("transaction")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise BadTransactionMetadata("the event's transaction block is not an object")
+    raw_id = _text(block.get("id"), "transaction.id")
+    order = _count(block.get("total_order"), "transaction.total_order")
+    if order is None or order < 1:
+        raise BadTransactionMetadata(f"transaction.total_order {order!r} is not 1 or more")
+    return TransactionRef(id=normalise_id(raw_id), total_order=order)
+
+
+def _json(value: bytes) -> object:
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise BadTransactionMetadata(f"not JSON: {exc}") from None
+
+
+def _payload(body: object) -> object:
+    """The payload of a JsonConverter schema envelope, or ``body`` itself."""
+    if isinstance(body, dict) and body.keys() == {"schema", "payload"}:
+        return body["payload"]
+    return body
+
+
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise BadTransactionMetadata(f"{name} {value!r} is not a non-empty string")
+    return value
+
+
+def _count(value: object, name: str, *, optional: bool = False) -> int | None:
+    """A non-negative integer, also from a string of digits (older Debezium wrote strings)."""
+    if value is None:
+        if optional:
+            return None
+        raise BadTransactionMetadata(f"{name} is missing")
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if type(value) is not int or value < 0:
+        raise BadTransactionMetadata(f"{name} {value!r} is not a non-negative integer")
+    return value
+
+
+def _collections(value: object) -> tuple[tuple[str, int], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise BadTransactionMetadata("data_collections is not a list")
+    pairs = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise BadTransactionMetadata("a data_collections item is not an object")
+        name = _text(item.get("data_collection"), "data_collection")
+        count = _count(item.get("event_count"), "data_collections.event_count")
+        assert count is not None  # _count raises for a missing count
+        pairs.append((name, count))
+    return tuple(pairs)
+
+
+def _position(raw_id: str) -> str | None:
+    match = _PG_ID.fullmatch(raw_id)
+    if match is None or int(match.group(2)) >= LSN_LIMIT:
+        return None
+    return postgres_position(int(match.group(2))).hex()

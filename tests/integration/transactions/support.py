@@ -1,0 +1,208 @@
+"""A bank of accounts whose transfers keep cross-table invariants, as Debezium with transaction
+metadata would publish them, and the checks of every lake version.
+
+Each transfer is one source transaction of three events: two account updates (``balance``
+moves, ``moves`` counts the touches) and one ``audit`` insert. At any transaction-consistent cut
+the sum of balances is constant and ``sum(moves) == 2 * audit rows``; a cut inside a transfer
+breaks one of them.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from catalog import Catalog, TableNotFoundError
+from tests.fixtures.broker import create_topic, produce
+from tests.fixtures.debezium_events import field as connect_field
+from tests.fixtures.debezium_events import key, payload, pg_source, value
+
+ACCOUNTS, AUDIT = "public.accounts", "public.audit"
+ACCOUNT_FIELDS = [
+    connect_field("id", "int32", optional=False),
+    connect_field("balance", "int64"),
+    connect_field("moves", "int64"),
+]
+AUDIT_FIELDS = [connect_field("id", "int32", optional=False), connect_field("amount", "int64")]
+KEY_FIELDS = [connect_field("id", "int32", optional=False)]
+START_BALANCE = 1_000
+
+Record = tuple[bytes | None, bytes | None]
+
+
+@dataclass
+class Topics:
+    prefix: str
+    accounts_partitions: int = 3
+    audit_partitions: int = 2
+
+    @property
+    def accounts(self) -> str:
+        return f"{self.prefix}.{ACCOUNTS}"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.prefix}.{AUDIT}"
+
+    @property
+    def transaction(self) -> str:
+        return f"{self.prefix}.transaction"
+
+    def all(self) -> tuple[str, ...]:
+        return (self.accounts, self.audit, self.transaction)
+
+    def create(self, bootstrap: str) -> None:
+        create_topic(bootstrap, self.accounts, self.accounts_partitions)
+        create_topic(bootstrap, self.audit, self.audit_partitions)
+        create_topic(bootstrap, self.transaction, 1)
+
+
+def new_topics() -> Topics:
+    return Topics(f"bank{uuid.uuid4().hex[:8]}")
+
+
+@dataclass
+class Bank:
+    """The source database and the messages it would produce, per topic-partition."""
+
+    topics: Topics
+    accounts: dict[int, dict[str, int]] = field(default_factory=dict)
+    audit: dict[int, dict[str, int]] = field(default_factory=dict)
+    lsn: int = 10_000
+    txid: int = 500
+    out: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
+    stalled: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
+
+    def open_accounts(self, n: int) -> None:
+        """The initial snapshot: reads without transaction metadata."""
+        for i in range(1, n + 1):
+            self.accounts[i] = {"id": i, "balance": START_BALANCE, "moves": 0}
+            self._event(ACCOUNTS, i, "r", self.accounts[i], None)
+
+    def transfer(self, rng: random.Random, *, stall_audit: bool = False) -> str:
+        """One transfer; returns its transaction id. ``stall_audit`` keeps its audit event back
+        (a stalled partition) until :meth:`release_stalled`."""
+        self.txid += 1
+        a, b = rng.sample(sorted(self.accounts), 2)
+        amount = rng.randint(1, 50)
+        txn = (str(self.txid), self.lsn)
+        self._marker({"status": "BEGIN", "id": f"{self.txid}:{self.lsn}"})
+        for order, (account, delta) in enumerate(((a, -amount), (b, amount)), start=1):
+            row = self.accounts[account]
+            row.update(balance=row["balance"] + delta, moves=row["moves"] + 1)
+            self._event(ACCOUNTS, account, "u", row, (txn[0], order))
+        audit_id = len(self.audit) + 1
+        self.audit[audit_id] = {"id": audit_id, "amount": amount}
+        pending = dict(self.out)
+        self._event(AUDIT, audit_id, "c", self.audit[audit_id], (txn[0], 3))
+        if stall_audit:
+            self.stalled = {k: v[len(pending.get(k, ())) :] for k, v in self.out.items()}
+            self.stalled = {k: v for k, v in self.stalled.items() if v}
+            self.out = {k: v[: len(pending.get(k, ()))] for k, v in self.out.items()}
+        self._marker(self._end(txn[0]))
+        return txn[0]
+
+    def _end(self, txid: str) -> dict[str, Any]:
+        self.lsn += 8
+        return {
+            "status": "END",
+            "id": f"{txid}:{self.lsn}",
+            "event_count": 3,
+            "data_collections": [
+                {"data_collection": ACCOUNTS, "event_count": 2},
+                {"data_collection": AUDIT, "event_count": 1},
+            ],
+            "ts_ms": 1_718_000_000_000 + self.lsn,
+        }
+
+    def release_stalled(self) -> None:
+        for where, records in self.stalled.items():
+            self.out.setdefault(where, []).extend(records)
+        self.stalled = {}
+
+    def _event(
+        self, table: str, id_: int, op: str, row: dict[str, int], txn: tuple[str, int] | None
+    ) -> None:
+        self.lsn += 8
+        fields = ACCOUNT_FIELDS if table == ACCOUNTS else AUDIT_FIELDS
+        source = pg_source(self.lsn, table=table.split(".")[1], tx=self.txid)
+        if op == "r":
+            source["snapshot"] = "true"
+        body = payload(op, after=dict(row), source=source)
+        if txn is not None:
+            body["transaction"] = {
+                "id": f"{txn[0]}:{self.lsn}",
+                "total_order": txn[1],
+                "data_collection_order": 1,
+            }
+        topic = self.topics.accounts if table == ACCOUNTS else self.topics.audit
+        parts = (
+            self.topics.accounts_partitions if table == ACCOUNTS else self.topics.audit_partitions
+        )
+        record = (key({"id": id_}, KEY_FIELDS, table), value(body, fields, table))
+        self.out.setdefault((topic, id_ % parts), []).append(record)
+
+    def _marker(self, body: dict[str, Any]) -> None:
+        raw_id = body["id"]
+        record = (orjson.dumps({"id": raw_id}), orjson.dumps(body))
+        self.out.setdefault((self.topics.transaction, 0), []).append(record)
+
+    def send(self, bootstrap: str) -> int:
+        """Produce everything pending, per partition; returns how many records."""
+        sent = 0
+        for (topic, partition), records in sorted(self.out.items()):
+            produce(bootstrap, topic, records, partition=partition)
+            sent += len(records)
+        self.out = {}
+        return sent
+
+
+# -- reading every lake version --------------------------------------------------------------
+
+
+def versions_by_batch(catalog: Catalog, name: str) -> dict[int, int]:
+    """batch id -> the table version that batch's commit made."""
+    try:
+        table = catalog.load_table(name)
+    except TableNotFoundError:
+        return {}
+    return {v.batch_id: v.version for v in table.history(limit=10_000) if v.batch_id is not None}
+
+
+def cuts(
+    catalog: Catalog, tables: tuple[str, str] = (ACCOUNTS, AUDIT)
+) -> Iterator[tuple[int, dict[str, list[dict[str, Any]]]]]:
+    """For each committed batch, in order: the accounts and audit tables' rows (keyed
+    ``public.accounts`` and ``public.audit`` whatever the lake names) as that commit left them."""
+    by_table = {t: versions_by_batch(catalog, t) for t in tables}
+    batches = sorted({b for versions in by_table.values() for b in versions})
+    for batch in batches:
+        state: dict[str, list[dict[str, Any]]] = {}
+        for name, versions in by_table.items():
+            known = [v for b, v in versions.items() if b <= batch]
+            shown = ACCOUNTS if name == tables[0] else AUDIT
+            if not known:
+                state[shown] = []
+                continue
+            table = catalog.load_table(name)
+            state[shown] = table.scan(version=max(known)).to_arrow().to_pylist()
+        yield batch, state
+
+
+def broken(state: dict[str, list[dict[str, Any]]], accounts: int) -> str | None:
+    """Why a cut is not transaction-consistent, or None."""
+    rows = state["public.accounts"]
+    if len(rows) != accounts:
+        return f"{len(rows)} accounts"
+    total = sum(r["balance"] for r in rows)
+    if total != accounts * START_BALANCE:
+        return f"balances sum to {total}"
+    moves, audits = sum(r["moves"] for r in rows), len(state["public.audit"])
+    if moves != 2 * audits:
+        return f"{moves} moves for {audits} audit rows"
+    return None

@@ -1,0 +1,296 @@
+"""The transaction book by example: what a commit publishes, holds, and records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from catalog import SourcePoint
+from ingest.transactions import (
+    BadTransactionState,
+    OnTimeout,
+    PartitionTail,
+    TransactionBook,
+)
+from tests.unit.ingest.transactions.support import begin, end, seen
+
+WAIT, PUBLISH = OnTimeout.WAIT, OnTimeout.PUBLISH
+HOLD = 300.0
+
+
+def published(book: TransactionBook, now: float, on_timeout: OnTimeout = WAIT) -> tuple[str, ...]:
+    return book.decide(now, HOLD, on_timeout).publish
+
+
+def test_a_complete_transaction_behind_an_incomplete_one_is_held() -> None:
+    """T1: A-=10, B+=10 (B's event not here yet); T2: A-=5, C+=5 complete. T2's image of A
+    includes T1: publishing T2 without T1's B would show a sum off by 10."""
+    book = TransactionBook().add_markers([end("T1", 2), end("T2", 2)], now=0)
+    book = book.add_events({"T1": seen([1]), "T2": seen([1, 2])}, now=0)
+
+    decision = book.decide(1, HOLD, WAIT)
+
+    assert decision.publish == ()
+    assert decision.held == ("T1", "T2")
+    assert decision.blocking == "T1"
+    assert decision.watermark is None
+
+    book = book.apply(decision).add_events({"T1": seen([2])}, now=5)
+    assert published(book, 6) == ("T1", "T2")
+
+
+def test_events_without_an_end_wait_after_every_ended_transaction() -> None:
+    book = TransactionBook().add_events({"T9": seen([1])}, now=0)
+    book = book.add_markers([begin("T1"), end("T1", 1)], now=0).add_events({"T1": seen([1])}, 0)
+
+    decision = book.decide(1, HOLD, WAIT)
+
+    assert decision.publish == ("T1",)
+    assert decision.held == ("T9",)
+    assert decision.blocking == "T9"
+
+
+def test_the_watermark_is_the_last_published_transactions_commit() -> None:
+    book = TransactionBook().add_markers(
+        [end("T1", 1, ts_ms=1_000), end("T2", 1, ts_ms=2_000), end("T3", 1, ts_ms=3_000)], 0
+    )
+    book = book.add_events({"T1": seen([1], 10), "T2": seen([1], 20), "T3": seen([], 30)}, 0)
+
+    watermark = book.decide(1, HOLD, WAIT).watermark
+
+    assert watermark == SourcePoint(
+        position=f"{20:032x}",
+        source_time=dt.datetime(1970, 1, 1, 0, 0, 2, tzinfo=dt.UTC),
+        transaction="T2",
+    )
+
+
+def test_the_watermark_stays_when_a_batch_publishes_nothing() -> None:
+    book = TransactionBook().add_markers([end("T1", 1)], 0).add_events({"T1": seen([1], 7)}, 0)
+    book = book.apply(book.decide(1, HOLD, WAIT))
+    book = book.add_markers([end("T2", 2)], 2).add_events({"T2": seen([1], 9)}, 2)
+
+    decision = book.decide(3, HOLD, WAIT)
+
+    assert decision.publish == ()
+    assert decision.watermark is not None and decision.watermark.transaction == "T1"
+
+
+def test_wait_keeps_holding_past_max_hold_and_warns_once_a_minute() -> None:
+    book = TransactionBook().add_markers([end("T1", 2), end("T2", 1)], now=0)
+    book = book.add_events({"T1": seen([1]), "T2": seen([1])}, now=0)
+
+    early = book.decide(HOLD - 1, HOLD, WAIT)
+    assert early.warning is None
+
+    late = book.decide(HOLD + 10, HOLD, WAIT)
+    assert late.publish == ()
+    assert late.warning is not None
+    assert late.warning.count == 2 and late.warning.ids == ("T1", "T2")
+    assert late.warning.oldest_age_s == HOLD + 10
+
+    book = book.apply(late)
+    assert book.decide(HOLD + 40, HOLD, WAIT).warning is None
+    assert book.decide(HOLD + 70, HOLD, WAIT).warning is not None
+
+
+def test_publish_on_timeout_publishes_the_blocker_incomplete_and_names_it() -> None:
+    book = TransactionBook().add_markers([end("T1", 2), end("T2", 1)], now=0)
+    book = book.add_events({"T1": seen([1], 5), "T2": seen([1], 6)}, now=100)
+
+    assert published(book, HOLD - 1, PUBLISH) == ()
+    decision = book.decide(HOLD, HOLD, PUBLISH)
+
+    assert decision.publish == ("T1", "T2")
+    assert decision.exceptions == ("T1",)
+    assert decision.held == ()
+    assert decision.watermark is not None and decision.watermark.transaction == "T2"
+
+
+def test_late_events_of_a_timed_out_transaction_are_published_at_once_and_named_again() -> None:
+    book = TransactionBook().add_markers([end("T1", 3)], 0).add_events({"T1": seen([1])}, 0)
+    book = book.apply(book.decide(HOLD, HOLD, PUBLISH))
+
+    book = book.add_events({"T1": seen([2])}, HOLD + 1)
+    decision = book.decide(HOLD + 1, HOLD, PUBLISH)
+    assert decision.publish == ("T1",) and decision.exceptions == ("T1",)
+    book = book.apply(decision)
+    assert book.late[0].id == "T1"
+
+    book = book.add_events({"T1": seen([3])}, HOLD + 2)
+    book = book.apply(book.decide(HOLD + 2, HOLD, PUBLISH))
+    assert book.late == ()  # whole at last: forgotten
+    assert book.summary()["transactions"] == 0
+
+
+def test_open_transactions_time_out_too_with_publish() -> None:
+    """The transaction topic not subscribed: nothing ever ends, events are published when the
+    hold runs out, named as exceptions, and the watermark does not move."""
+    book = TransactionBook().add_events({"T1": seen([1, 2])}, now=0)
+
+    decision = book.decide(HOLD, HOLD, PUBLISH)
+
+    assert decision.publish == ("T1",) and decision.exceptions == ("T1",)
+    assert decision.watermark is None
+
+
+def test_replayed_events_and_markers_count_once() -> None:
+    book = TransactionBook().add_markers([end("T1", 3)], 0)
+    book = book.add_events({"T1": seen([1, 2])}, 0).add_events({"T1": seen([2, 1])}, 1)
+    book = book.add_markers([end("T1", 3)], 1)
+
+    assert published(book, 2) == ()
+    assert book.summary()["events"] == 2
+
+    book = book.add_events({"T1": seen([3])}, 2)
+    book = book.apply(book.decide(3, HOLD, WAIT))
+
+    duplicate = book.add_markers([end("T1", 3)], 4).add_events({"T1": seen([3])}, 4)
+    decision = duplicate.decide(5, HOLD, WAIT)
+    assert decision.publish == ("T1",)  # passes through: the merge keeps one copy
+    assert decision.exceptions == () and decision.held == ()
+    assert duplicate.apply(decision).summary()["transactions"] == 0
+
+
+def test_ranks_beyond_the_end_count_do_not_complete_a_transaction() -> None:
+    book = TransactionBook().add_markers([end("T1", 2)], 0).add_events({"T1": seen([1, 7])}, 0)
+
+    assert published(book, 1) == ()
+
+
+def test_only_the_jobs_tables_are_awaited() -> None:
+    book = TransactionBook(collections=("public.acct",))
+    book = book.add_markers([end("T1", 3, ("public.acct", 2), ("public.other", 1))], 0)
+    book = book.add_events({"T1": seen([1, 3])}, 0)
+
+    assert published(book, 1) == ("T1",)
+
+
+def test_restored_mid_stream_the_book_decides_the_same() -> None:
+    book = TransactionBook().add_markers([end("T1", 2, ts_ms=5), end("T2", 1)], now=10)
+    book = book.add_events({"T1": seen([2], 3), "T2": seen([1], 4), "T3": seen([1])}, now=11)
+    book = book.apply(book.decide(12, HOLD, WAIT))
+
+    restored = TransactionBook.from_json(book.to_json())
+
+    assert restored == book
+    more = {"T1": seen([1], 1)}
+    assert restored.add_events(more, 20).decide(21, HOLD, WAIT) == book.add_events(more, 20).decide(
+        21, HOLD, WAIT
+    )
+
+
+def test_a_stored_book_of_another_format_is_refused() -> None:
+    with pytest.raises(BadTransactionState):
+        TransactionBook.from_json({"format": 99})
+    with pytest.raises(BadTransactionState):
+        TransactionBook.from_json({"format": 1, "ended": "nonsense"})
+
+
+def test_the_summary_has_the_shape_the_status_command_reads() -> None:
+    book = TransactionBook().add_markers([end("T1", 2)], now=0)
+    book = book.add_events({"T1": seen([1]), "T2": seen([1, 2])}, now=60)
+
+    assert book.summary() == {
+        "transactions": 2,
+        "events": 3,
+        "oldest_first_seen": "1970-01-01T00:00:00+00:00",
+        "blocking": "T1",
+    }
+    assert TransactionBook().summary() == {
+        "transactions": 0,
+        "events": 0,
+        "oldest_first_seen": None,
+        "blocking": None,
+    }
+
+
+# -- frontier candidates ------------------------------------------------------------------------
+
+
+def _ended(*ids: str) -> TransactionBook:
+    tables = (("public.a", 1), ("public.b", 1))
+    return TransactionBook().add_markers([end(txn, 2, *tables) for txn in ids], now=0)
+
+
+def a(txn: str | None) -> PartitionTail:
+    return PartitionTail(txn, collection="public.a")
+
+
+def b(txn: str | None) -> PartitionTail:
+    return PartitionTail(txn, collection="public.b")
+
+
+def test_candidates_stop_at_the_earliest_last_event() -> None:
+    book = _ended("T1", "T2", "T3")
+
+    assert book.frontier_candidates({0: a("T3"), 1: b("T2")}) == ("T1",)
+
+
+def test_a_partition_ending_in_an_open_transaction_has_passed_every_ended_one() -> None:
+    book = _ended("T1", "T2")
+
+    assert book.frontier_candidates({0: a("T7"), 1: b("T2")}) == ("T1",)
+    assert book.frontier_candidates({0: a("T7"), 1: b("T8")}) == ("T1", "T2")
+
+
+def test_idle_or_snapshot_partitions_hold_back_the_transactions_of_their_table() -> None:
+    book = _ended("T1", "T2").add_markers([end("T3", 1, ("public.c", 1))], now=0)
+    c_idle = PartitionTail(idle=True, collection="public.c")
+
+    assert book.frontier_candidates({0: PartitionTail(idle=True), 1: a("T9"), 2: b("T9")}) == ()
+    assert book.frontier_candidates({0: a(None), 1: b("T9")}) == ()
+    a_idle = PartitionTail(idle=True, collection="public.a")
+    assert book.frontier_candidates({0: a_idle, 1: a("T9"), 2: b("T9"), 3: c_idle}) == ()
+    assert book.frontier_candidates({0: c_idle, 1: a("T9"), 2: b("T9")}) == ("T1", "T2")
+
+
+def test_a_partition_last_read_in_a_published_transaction_has_passed_none() -> None:
+    book = TransactionBook().add_markers([end("T0", 1)], 0).add_events({"T0": seen([1])}, 0)
+    book = book.apply(book.decide(1, HOLD, WAIT)).add_markers([end("T1", 1)], 2)
+
+    assert book.frontier_candidates({0: PartitionTail("T0")}) == ()
+
+
+def test_a_transaction_in_a_table_the_job_does_not_read_is_no_candidate() -> None:
+    """It cannot complete: the job never sees its events there (unless told to skip them)."""
+    marker = end("T1", 2, ("public.a", 1), ("public.z", 1))
+    tails = {0: a("T9")}
+
+    assert TransactionBook().add_markers([marker], 0).frontier_candidates(tails) == ()
+    reading_a = TransactionBook(collections=("public.a",)).add_markers([marker], 0)
+    assert reading_a.frontier_candidates(tails) == ("T1",)
+
+
+def test_the_stored_book_stays_small_however_long_the_job_runs() -> None:
+    book = TransactionBook()
+    for n in range(2_000):
+        txn = f"{n}"
+        book = book.add_markers([end(txn, 2)], n).add_events({txn: seen([1, 2], n)}, n)
+        book = book.apply(book.decide(n, HOLD, WAIT))
+
+    stored = json.dumps(book.to_json())
+
+    assert len(stored) < 8_000
+    assert TransactionBook.from_json(json.loads(stored)) == book
+
+
+def test_the_commit_gets_job_state_and_watermark_in_the_shape_the_catalog_stores() -> None:
+    book = TransactionBook().add_markers([end("T1", 1, ts_ms=1_000), end("T2", 2)], 0)
+    book = book.add_events({"T1": seen([1], 10), "T2": seen([1], 11)}, 0)
+    decision = book.decide(HOLD, HOLD, PUBLISH)
+    after = book.apply(decision)
+
+    watermark = decision.source_watermark(["shop.a", "shop.b"])
+    state = json.loads(json.dumps(after.job_state()))
+
+    assert watermark is not None
+    assert watermark.tables == {"shop.a": watermark.batch, "shop.b": watermark.batch}
+    assert watermark.exceptions == ("T2",) and not watermark.consistent
+    assert state["held"] == after.summary()
+    assert TransactionBook.from_job_state(state) == after
+    assert TransactionBook.from_job_state(None) == TransactionBook()
+    assert TransactionBook.from_job_state({}, ["public.a"]).collections == ("public.a",)
+    assert TransactionBook().decide(0, HOLD, WAIT).source_watermark(["shop.a"]) is None
