@@ -47,6 +47,7 @@ from catalog import (
 from catalog.files import read_whole_files
 from catalog.logs import get_logger
 from ingest import startpoint
+from ingest.errors import IngestError
 from ingest.kafka.brokerview import consumer_config
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
@@ -67,7 +68,7 @@ from ingest.transactions.ranges import Ranges
 log = get_logger("lakestream.ingest")
 
 
-class CandidateNotPublished(Exception):
+class CandidateNotPublished(IngestError):
     """A transaction the tasks wrote directly is not published by the decision: write again."""
 
     def __init__(self, txn: str) -> None:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.debezium import RecordChunk
+from ingest.errors import IngestError
 from ingest.transactions import normalise_id
 
 HELD_NAMESPACE = "lakestream_jobs"
@@ -45,7 +46,7 @@ _BLOCK = re.compile(
 _ANY_BLOCK = re.compile(rb'"transaction"\s*:\s*(\{[^{}]*\})')
 
 
-class HeldNameError(ValueError):
+class HeldNameError(IngestError, ValueError):
     """The job's name cannot name a held table."""
 
 
