@@ -64,7 +64,7 @@ from ingest.sink.consistent import (
     start_batch,
 )
 from ingest.sink.decoding import BatchDecoders
-from ingest.sink.held import HELD_SCHEMA, chunks_of, held_table_name
+from ingest.sink.held import COMPACTION_ENABLED, HELD_SCHEMA, chunks_of, held_table_name
 from ingest.sink.plan import Holding, SinkPlan
 from ingest.sink.report import (
     NewTable,
@@ -295,7 +295,14 @@ class BatchSink:
                 self._held = self._load(name).meta
             except TableNotFoundError:
                 try:
-                    create = partial(self.catalog.create_table, name, HELD_SCHEMA)
+                    # the sink rewrites the held files itself, in its own commits: a compaction
+                    # in between would turn the next publish's removals stale
+                    create = partial(
+                        self.catalog.create_table,
+                        name,
+                        HELD_SCHEMA,
+                        properties={COMPACTION_ENABLED: "false"},
+                    )
                     self._held = self.guard.call("create_table", create).meta
                 except TableAlreadyExistsError:
                     self._held = self._load(name).meta

@@ -46,6 +46,11 @@ _BLOCK = re.compile(
 _ANY_BLOCK = re.compile(rb'"transaction"\s*:\s*(\{[^{}]*\})')
 
 
+#: The table property the compactor obeys (``compaction.policy.ENABLED``; ingest may not import
+#: the compaction package). The held table carries it set to false.
+COMPACTION_ENABLED = "compaction.enabled"
+
+
 class HeldNameError(IngestError, ValueError):
     """The job's name cannot name a held table."""
 
