@@ -49,7 +49,7 @@ def serve(dsn: str, warehouse: str, tables: str, workers: int, usage_path: str) 
     stop = threading.Event()
     install_stop_handlers(stop)
     settings = CompactorSettings(tables=tables, workers=workers)
-    code = run_service(dsn, Path(warehouse), settings, once=False, log_level="WARNING", stop=stop)
+    code = run_service(dsn, warehouse, settings, once=False, log_level="WARNING", stop=stop)
     me = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     usage = {

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import pyarrow as pa
@@ -28,6 +27,7 @@ from catalog.files.reader import (
     DEFAULT_BATCH_ROWS,
     _decode_dictionaries,
     _MergeRead,
+    _path,
     _read_runs,
     read_files,
 )
@@ -89,8 +89,9 @@ def merged_phases(table: Table, version: int) -> dict[str, float]:
             plain = clock.run("decode", _decode_plain, meta.location, part.files, meta.schema)
             batches += clock.run("assemble", _conform, plain, scan.schema)
             continue
-        paths = [str(Path(meta.location) / f.path) for f in part.files]
-        runs = clock.run("decode", _read_runs, paths, merge.read, None, compared=compared)
+        paths = [_path(merge.storage, f) for f in part.files]
+        fs = merge.storage.filesystem
+        runs = clock.run("decode", _read_runs, fs, paths, merge.read, None, compared=compared)
         merged = clock.run("merge", merge_runs, runs, meta.primary_key, meta.sequence_column)
         merged = clock.run("strings", _decode_dictionaries, merged.select(merge.out), merge.read)
         batches += clock.run("assemble", _out_batches, merged, scan.schema)
