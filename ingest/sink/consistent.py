@@ -54,16 +54,14 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
 from ingest.sink.report import TaskReport, WrittenFile
-from ingest.transactions import ranges
 from ingest.transactions.book import (
     Decision,
     PartitionTail,
     TransactionBook,
     TxnEvents,
 )
-from ingest.transactions.markers import decode_marker, is_transaction_topic
+from ingest.transactions.markers import decode_ends, is_transaction_topic
 from ingest.transactions.policy import OnTimeout
-from ingest.transactions.ranges import Ranges
 
 log = get_logger("lakestream.ingest")
 
@@ -229,8 +227,7 @@ def start_batch(
             for rng in ranges
             if is_transaction_topic(rng.topic)
             for messages in read_messages(rng, kafka)
-            for m in (decode_marker(x.key(), x.value()) for x in messages)
-            if m is not None
+            for m in decode_ends(x.value() for x in messages)
         ]
         tails = tails_read.result()
     loaded, book = book, book.add_markers(markers, now)
@@ -304,15 +301,13 @@ def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
 
 
 def merged_events(reports: Sequence[TaskReport]) -> dict[str, TxnEvents]:
-    """Per transaction, the ranks every task saw of it (most are seen by one task only: their
-    ranges are taken as they are, only the others are merged)."""
-    seen: dict[str, Ranges] = {}
+    """Per transaction, the ranks every task saw of it (the union of the tasks' masks)."""
+    seen: dict[str, int] = {}
     for report in reports:
-        for txn, runs in report.txn_events.items():
-            mine = tuple(runs)
+        for txn, mask in report.txn_ranks.items():
             known = seen.get(txn)
-            seen[txn] = mine if known is None else ranges.merge(known, mine)
-    return {txn: TxnEvents(orders) for txn, orders in seen.items()}
+            seen[txn] = mask if known is None else known | mask
+    return {txn: TxnEvents(mask) for txn, mask in seen.items()}
 
 
 # -- publishing held events ----------------------------------------------------------------------

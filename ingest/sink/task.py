@@ -43,8 +43,15 @@ from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
 from ingest.sink.held import event_ref, held_rows, sub_chunk
 from ingest.sink.plan import SinkPlan, SourceFormat
-from ingest.sink.report import NewTable, TableCounts, TaskReport, TopicFigures, WrittenFile
-from ingest.transactions import ranges as txn_ranges
+from ingest.sink.report import (
+    NewTable,
+    TableCounts,
+    TaskReport,
+    TopicFigures,
+    TxnRanks,
+    WrittenFile,
+)
+from ingest.transactions.ranges import mask_of
 
 REPORT_SCHEMA = "report string"
 DEAD_LETTER_SCHEMA = pa.schema([
@@ -91,7 +98,7 @@ def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) 
     held = None
     if plan.holding is not None:
         chunks, held, ranks = split_for_holding(chunks, plan.holding.publish)
-        report = report.model_copy(update={"txn_events": ranks})
+        report = report.model_copy(update={"txn_ranks": ranks})
     if plan.source_format is SourceFormat.DEBEZIUM:
         report = _write_debezium(chunks, plan, report)
     else:
@@ -105,20 +112,26 @@ def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) 
 
 def split_for_holding(
     chunks: Iterable[RecordChunk], publish: frozenset[str]
-) -> tuple[list[RecordChunk], pa.Table | None, dict[str, list[tuple[int, int]]]]:
+) -> tuple[list[RecordChunk], pa.Table | None, TxnRanks]:
     """Chunks of the records to write now, the held table's rows of the others, and per
     transaction the ranks of its events. A chunk with nothing to hold passes unchanged."""
     kept: list[RecordChunk] = []
     held: list[pa.Table] = []
-    ranks: dict[str, list[int]] = defaultdict(list)
+    ranks: dict[str, list[int]] = {}
     for chunk in chunks:
-        refs = [event_ref(v) for v in chunk.values]
         hold: list[tuple[int, str, int]] = []
-        for i, ref in enumerate(refs):
-            if ref is not None:
-                ranks[ref[0]].append(ref[1])
-                if ref[0] not in publish:
-                    hold.append((i, ref[0], ref[1]))
+        for i, value in enumerate(chunk.values):
+            ref = event_ref(value)
+            if ref is None:
+                continue
+            txn, order = ref
+            orders = ranks.get(txn)
+            if orders is None:
+                ranks[txn] = [order]
+            else:
+                orders.append(order)
+            if txn not in publish:
+                hold.append((i, txn, order))
         if not hold:
             kept.append(chunk)
             continue
@@ -128,7 +141,7 @@ def split_for_holding(
         if rest:
             kept.append(sub_chunk(chunk, rest))
     rows = pa.concat_tables(held) if held else None
-    return kept, rows, {txn: list(txn_ranges.ranges_of(orders)) for txn, orders in ranks.items()}
+    return kept, rows, TxnRanks.of({txn: mask_of(orders) for txn, orders in ranks.items()})
 
 
 def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RecordChunk]:

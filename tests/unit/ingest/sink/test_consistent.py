@@ -21,8 +21,9 @@ from ingest.sink.consistent import (
     merged_events,
     planned_ranges,
 )
-from ingest.sink.report import TaskReport
+from ingest.sink.report import TaskReport, TxnRanks
 from ingest.transactions import MarkerStatus, OnTimeout, TransactionBook, TransactionMarker
+from ingest.transactions.ranges import to_mask
 
 POLICY = TxnPolicy(max_hold_s=300.0, on_timeout=OnTimeout.WAIT)
 
@@ -34,7 +35,7 @@ def end(txn: str, count: int, lsn: int) -> TransactionMarker:
 
 
 def report(**seen: list[tuple[int, int]]) -> TaskReport:
-    return TaskReport(txn_events=dict(seen))
+    return TaskReport(txn_ranks=TxnRanks.of({t: to_mask(tuple(r)) for t, r in seen.items()}))
 
 
 def batch(book: TransactionBook, candidates: tuple[str, ...]) -> BatchTransactions:
@@ -45,6 +46,16 @@ def test_tasks_reports_are_merged_per_transaction() -> None:
     merged = merged_events([report(T1=[(1, 1)]), report(T1=[(2, 3)], T2=[(1, 1)])])
     assert merged["T1"].orders == ((1, 3),)
     assert merged["T2"].orders == ((1, 1),)
+
+
+def test_ranks_survive_the_report_json_and_count_once_across_tasks() -> None:
+    """A task's masks go back to the driver as JSON; a rank two tasks saw (a replayed event)
+    counts once, and a transaction of a million events costs no million-digit number."""
+    huge = TxnRanks.of({"T1": to_mask(((1, 1_000_000),)), "T2": to_mask(((1, 2), (5, 5)))})
+    back = TaskReport.model_validate_json(TaskReport(txn_ranks=huge).model_dump_json())
+    merged = merged_events([back, report(T2=[(2, 3)])])
+    assert merged["T1"].orders == ((1, 1_000_000),)
+    assert merged["T2"].orders == ((1, 3), (5, 5))
 
 
 def test_a_straggler_in_an_earlier_transaction_holds_back_every_later_one() -> None:

@@ -13,6 +13,7 @@ from ingest.transactions import (
     MarkerStatus,
     TransactionMarker,
     TransactionRef,
+    decode_ends,
     decode_marker,
     is_transaction_topic,
     transaction_ref,
@@ -64,6 +65,32 @@ def test_begin_and_its_events_name_the_transaction_like_the_end() -> None:
     assert begin is not None and begin.status is MarkerStatus.BEGIN and begin.id == "733"
     assert begin.event_count is None and begin.position is None
     assert transaction_ref(event) == TransactionRef(id="733", total_order=2)
+
+
+@pytest.mark.parametrize(
+    "begin",
+    [
+        BEGIN,
+        b'{"status":"BEGIN","id":"733:26386320","ts_ms":1795519514730}',
+        orjson.dumps({"schema": {"type": "struct"}, "payload": orjson.loads(BEGIN)}),
+        b'{"status": "BEGIN", "id": "733:26386320", "ts_ms": 1795519514730}',
+    ],
+)
+def test_a_begin_reads_the_same_by_the_fast_path_and_the_parser(begin: bytes) -> None:
+    marker = decode_marker(None, begin)
+    assert marker == TransactionMarker(MarkerStatus.BEGIN, "733", ts_ms=1795519514730)
+
+
+def test_the_driver_takes_only_end_markers_in_topic_order() -> None:
+    second = END.replace(b"733:", b"734:")
+    ends = decode_ends([BEGIN, END, None, END_SCHEMA.replace(b"733:", b"735:"), BEGIN, second])
+    assert [(m.status, m.id) for m in ends] == [
+        (MarkerStatus.END, "733"),
+        (MarkerStatus.END, "735"),
+        (MarkerStatus.END, "734"),
+    ]
+    with pytest.raises(BadTransactionMetadata):
+        decode_ends([BEGIN, b'{"status":"COMMIT","id":"1"}'])
 
 
 def test_other_ids_are_kept_whole() -> None:
