@@ -36,7 +36,7 @@ import psycopg
 from confluent_kafka import Producer
 
 from bench.ingest.tables import create_cdc_table
-from bench.ingest.workload import PRIMARY_KEY, Workload, _Encoder, generate, source_schema
+from bench.ingest.workload import PRIMARY_KEY, Workload, _Encoder, generate, send, source_schema
 from catalog import Catalog
 from catalog.logs import ROOT_LOGGER, structured_handler
 from ingest.debezium import DecoderConfig
@@ -147,7 +147,7 @@ def produce(bootstrap: str, work: TxnWorkload) -> float:
         previous = last.get((topic, partition))
         last[(topic, partition)] = (key, value)
         if previous is not None:
-            _send(batched, topic, partition, *previous)
+            send(batched, topic, partition, *previous)
     if batched.flush(300) != 0:
         raise RuntimeError("the batched producer did not deliver everything")
     seal = Producer({"bootstrap.servers": bootstrap, **TANSU_PRODUCER_CONFIG})
@@ -156,15 +156,6 @@ def produce(bootstrap: str, work: TxnWorkload) -> float:
     if seal.flush(60) != 0:
         raise RuntimeError("the seal records were not delivered")
     return time.perf_counter() - started
-
-
-def _send(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes) -> None:
-    while True:
-        try:
-            producer.produce(topic, value, key, partition=partition)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 @dataclass(frozen=True)

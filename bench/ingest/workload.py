@@ -242,7 +242,7 @@ def produce(bootstrap: str, topic: str, workload: Workload) -> Produced:
         previous = held.get(partition)
         held[partition] = (key, value)
         if previous is not None:
-            _send(batched, topic, partition, *previous)
+            send(batched, topic, partition, *previous)
     if batched.flush(300) != 0:
         raise RuntimeError("the batched producer did not deliver everything")
     seal = Producer({"bootstrap.servers": bootstrap, **TANSU_PRODUCER_CONFIG})
@@ -258,7 +258,8 @@ def produce(bootstrap: str, topic: str, workload: Workload) -> Produced:
     return Produced(topic, workload.events, total_bytes, seconds, ends)
 
 
-def _send(producer: Producer, topic: str, partition: int, key: bytes, value: bytes) -> None:
+def send(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes) -> None:
+    """Produce one record, waiting out a full local queue."""
     while True:
         try:
             producer.produce(topic, value, key, partition=partition)

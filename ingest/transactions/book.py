@@ -188,18 +188,13 @@ class TxnState:
         )
 
     def end(self, marker: TransactionMarker, collections: frozenset[str] | None) -> TxnState:
-        return TxnState(
-            self.id,
+        return _ended(
+            marker,
+            collections,
             self.first_seen,
-            self.seen,
-            True,
-            marker.event_count,
-            marker.count_for(collections),
-            tuple([name for name, _ in marker.collections]),
-            marker.ts_ms,
-            marker.position,
-            self.max_position,
-            self.max_ts_ms,
+            seen=self.seen,
+            max_position=self.max_position,
+            max_ts_ms=self.max_ts_ms,
         )
 
 
@@ -313,7 +308,7 @@ class TransactionBook:
                 continue
             state = open_.pop(marker.id, None)
             ended.append(
-                _ended_unseen(marker, wanted, now) if state is None else state.end(marker, wanted)
+                _ended(marker, wanted, now) if state is None else state.end(marker, wanted)
             )
             known.add(marker.id)
         return replace(
@@ -529,21 +524,29 @@ def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) ->
     return index.get(tail.txn, math.inf)
 
 
-def _ended_unseen(
-    marker: TransactionMarker, collections: frozenset[str] | None, now: float
+def _ended(
+    marker: TransactionMarker,
+    collections: frozenset[str] | None,
+    first_seen: float,
+    *,
+    seen: int = 0,
+    max_position: str | None = None,
+    max_ts_ms: int | None = None,
 ) -> TxnState:
-    """``TxnState(marker.id, now).end(marker, collections)`` in one step: most transactions
-    are first seen by their END (the driver reads markers before the tasks report events)."""
+    """The state of ``marker``'s transaction once its END is known; built in one step (most
+    transactions are first seen by their END: the driver reads markers before the tasks)."""
     return TxnState(
         marker.id,
-        now,
-        0,
+        first_seen,
+        seen,
         True,
         marker.event_count,
         marker.count_for(collections),
         tuple([name for name, _ in marker.collections]),
         marker.ts_ms,
         marker.position,
+        max_position,
+        max_ts_ms,
     )
 
 

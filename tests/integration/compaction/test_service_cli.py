@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +15,7 @@ import pytest
 
 from catalog import Catalog
 from tests.fixtures.compaction import rows_at
+from tests.fixtures.http import free_port, get
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,22 +48,6 @@ def runs_table(catalog: Catalog, name: str = "shop.orders", buckets: int = 2):
     for i in range(6):
         table.upsert(pa.table({"id": range(i * 3, i * 3 + 10), "total": [float(i)] * 10}))
     return table
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
 
 
 def wait_for(check, timeout: float = 120.0):
