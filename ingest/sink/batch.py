@@ -376,6 +376,13 @@ class BatchSink:
             release_ms=self._release_ms,
             held=summary,
         )
+        malformed = sum(r.txn_ranks.malformed for r in reports)
+        if malformed:
+            bound.warning(
+                "transaction_blocks_malformed",
+                events=malformed,
+                hint="these events were published as if they had no transaction block",
+            )
         warning = decision.warning
         if warning is not None:
             bound.warning(

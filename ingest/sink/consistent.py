@@ -60,7 +60,7 @@ from ingest.transactions.book import (
     TransactionBook,
     TxnEvents,
 )
-from ingest.transactions.markers import decode_ends, is_transaction_topic
+from ingest.transactions.markers import BadTransactionMetadata, decode_ends, is_transaction_topic
 from ingest.transactions.policy import OnTimeout
 
 log = get_logger("lakestream.ingest")
@@ -251,11 +251,19 @@ def partition_tails(
     last = last_values(data, kafka)
     for rng in data:
         value = last.get((rng.topic, rng.partition))
-        ref = event_ref(value) if value is not None else None
+        ref = _ref_or_none(value)
         tails[(rng.topic, rng.partition)] = PartitionTail(
             txn=None if ref is None else ref[0], collection=collection_of(rng.topic)
         )
     return tails
+
+
+def _ref_or_none(value: bytes | None) -> tuple[str, int] | None:
+    """The last event's transaction; a malformed block counts as none (the tasks count it)."""
+    try:
+        return event_ref(value)
+    except BadTransactionMetadata:
+        return None
 
 
 def last_values(

@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 from ingest.debezium import RecordChunk
 from ingest.errors import IngestError
-from ingest.transactions import normalise_id
+from ingest.transactions import BadTransactionMetadata, normalise_id
+from ingest.transactions.ranges import MAX_RANK
 
 HELD_NAMESPACE = "lakestream_jobs"
 HELD_SCHEMA = pa.schema([
@@ -73,7 +74,12 @@ def event_ref(value: bytes | None) -> tuple[str, int] | None:
     """The (transaction id, total_order) of a change event, None when it carries no block.
 
     The last ``"transaction":`` key of the value is the envelope's: row images come before it
-    in Debezium's field order, and a key inside a string value would be escaped."""
+    in Debezium's field order, and a key inside a string value would be escaped.
+
+    Raises:
+        BadTransactionMetadata: the block is there but names no transaction and rank (the
+            caller counts it and passes the event through as one without a block).
+    """
     if value is None:
         return None
     at = value.rfind(b'"transaction"')
@@ -85,22 +91,28 @@ def event_ref(value: bytes | None) -> tuple[str, int] | None:
     null, tx_id, other_id, order = match.groups()
     if null is not None:
         return None
-    return (tx_id if tx_id is not None else other_id).decode(), int(order)
+    return (tx_id if tx_id is not None else other_id).decode(), _rank(int(order))
 
 
 def _slow_ref(value: bytes, at: int) -> tuple[str, int] | None:
     """A block with its fields in another order, or with spaces and escapes."""
     match = _ANY_BLOCK.match(value, at)
     if match is None:
-        return None
+        return None  # "transaction" names something else (a column), not an object
     try:
         block = orjson.loads(match.group(1))
     except orjson.JSONDecodeError:
-        return None
+        raise BadTransactionMetadata("the transaction block is not JSON") from None
     raw, order = block.get("id"), block.get("total_order")
-    if not isinstance(raw, str) or not str(order).isdigit():
-        return None
-    return normalise_id(raw), int(order)
+    if not isinstance(raw, str) or not raw or not str(order).isdigit():
+        raise BadTransactionMetadata(f"transaction block {block!r:.80} names no id and rank")
+    return normalise_id(raw), _rank(int(order))
+
+
+def _rank(order: int) -> int:
+    if not 1 <= order <= MAX_RANK:
+        raise BadTransactionMetadata(f"transaction.total_order {order} is not in 1..{MAX_RANK}")
+    return order
 
 
 def held_rows(chunk: RecordChunk, picks: Sequence[tuple[int, str, int]]) -> pa.Table:

@@ -84,10 +84,14 @@ class TxnRanks(_Model):
 
     ids: list[str] = Field(default_factory=list)
     masks: list[str] = Field(default_factory=list)
+    #: Events whose ``transaction`` block could not be read (passed through as without one).
+    malformed: int = 0
 
     @classmethod
-    def of(cls, masks: Mapping[str, int]) -> TxnRanks:
-        return cls(ids=list(masks), masks=[format(m, "x") for m in masks.values()])
+    def of(cls, masks: Mapping[str, int], *, malformed: int = 0) -> TxnRanks:
+        return cls(
+            ids=list(masks), masks=[format(m, "x") for m in masks.values()], malformed=malformed
+        )
 
     def items(self) -> Iterator[tuple[str, int]]:
         """(transaction id, mask) pairs."""

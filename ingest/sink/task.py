@@ -51,6 +51,7 @@ from ingest.sink.report import (
     TxnRanks,
     WrittenFile,
 )
+from ingest.transactions import BadTransactionMetadata
 from ingest.transactions.ranges import mask_of
 
 REPORT_SCHEMA = "report string"
@@ -118,10 +119,15 @@ def split_for_holding(
     kept: list[RecordChunk] = []
     held: list[pa.Table] = []
     ranks: dict[str, list[int]] = {}
+    malformed = 0
     for chunk in chunks:
         hold: list[tuple[int, str, int]] = []
         for i, value in enumerate(chunk.values):
-            ref = event_ref(value)
+            try:
+                ref = event_ref(value)
+            except BadTransactionMetadata:
+                malformed += 1  # passes through like an event without a block; the driver warns
+                continue
             if ref is None:
                 continue
             txn, order = ref
@@ -141,7 +147,8 @@ def split_for_holding(
         if rest:
             kept.append(sub_chunk(chunk, rest))
     rows = pa.concat_tables(held) if held else None
-    return kept, rows, TxnRanks.of({txn: mask_of(orders) for txn, orders in ranks.items()})
+    masks = {txn: mask_of(orders) for txn, orders in ranks.items()}
+    return kept, rows, TxnRanks.of(masks, malformed=malformed)
 
 
 def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RecordChunk]:

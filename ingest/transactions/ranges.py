@@ -57,6 +57,9 @@ def count(ranges: Ranges, upto: int | None = None) -> int:
 # a transaction in Python. Ranges stay the stored form (compact for huge transactions, and a
 # JSON number in PostgreSQL's jsonb could not hold a mask of a million bits).
 
+#: The greatest rank a transaction may have: a mask of it is 32 MiB. A greater ``total_order``
+#: is taken as a malformed block (a corrupt record must not make a task allocate gigabytes).
+MAX_RANK = 1 << 28
 #: Ranks up to this are set bit by bit; a transaction with greater ones goes through ranges
 #: (one shift per range instead of one per rank on an ever wider int).
 _BITWISE_LIMIT = 4096

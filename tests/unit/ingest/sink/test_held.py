@@ -16,6 +16,7 @@ from ingest.sink.held import (
     split_held,
 )
 from ingest.sink.task import split_for_holding
+from ingest.transactions import BadTransactionMetadata
 
 
 def event(txn: dict[str, object] | None, *, schema: bool = False, extra: str = "x") -> bytes:
@@ -50,6 +51,25 @@ def test_event_ref_takes_fields_in_any_order_and_spacing() -> None:
     assert event_ref(value) == ("abc", 2)
 
 
+@pytest.mark.parametrize(
+    "block",
+    [
+        b'{"id":5,"total_order":1}',
+        b'{"id":"9","total_order":0}',
+        b'{"id":"9","total_order":99999999999}',
+        b'{"id":"9"}',
+        b'{"total_order":1,"id":""}',
+    ],
+)
+def test_a_block_that_names_no_transaction_and_rank_is_an_error_not_silence(block: bytes) -> None:
+    with pytest.raises(BadTransactionMetadata):
+        event_ref(b'{"op":"c","transaction":' + block + b"}")
+
+
+def test_a_column_named_transaction_is_not_a_block() -> None:
+    assert event_ref(b'{"after":{"transaction":"x"},"op":"c"}') is None
+
+
 def test_held_table_name_is_safe_and_distinct_for_unsafe_job_names() -> None:
     assert held_table_name("orders") == "lakestream_jobs.orders_held"
     dashed, underscored = held_table_name("clicks-job"), held_table_name("clicks_job")
@@ -77,6 +97,18 @@ def test_split_for_holding_writes_published_and_untagged_events_and_holds_the_re
     assert held.column("offset").to_pylist() == [102]
     assert held.column("txn_id").to_pylist() == ["2"]
     assert dict(ranks.items()) == {"1": 0b110, "2": 0b10}  # bit n: rank n seen
+
+
+def test_an_event_with_a_malformed_block_passes_through_and_is_counted() -> None:
+    values: list[bytes | None] = [
+        event({"id": "2:20", "total_order": 1}),
+        b'{"op":"c","transaction":{"id":"3","total_order":0}}',
+    ]
+    kept, held, ranks = split_for_holding([chunk(values)], frozenset())
+    assert [list(c.offsets) for c in kept] == [[101]]
+    assert held is not None and held.column("offset").to_pylist() == [100]
+    assert dict(ranks.items()) == {"2": 0b10}
+    assert ranks.malformed == 1
 
 
 def test_a_chunk_with_nothing_to_hold_passes_unchanged() -> None:
