@@ -53,7 +53,6 @@ from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
-from ingest.sink.readahead import MarkerReadAhead, read_end_markers
 from ingest.sink.report import TaskReport, WrittenFile
 from ingest.transactions.book import (
     Decision,
@@ -61,7 +60,7 @@ from ingest.transactions.book import (
     TransactionBook,
     TxnEvents,
 )
-from ingest.transactions.markers import BadTransactionMetadata, is_transaction_topic
+from ingest.transactions.markers import BadTransactionMetadata, decode_ends, is_transaction_topic
 from ingest.transactions.policy import OnTimeout
 
 log = get_logger("lakestream.ingest")
@@ -217,25 +216,19 @@ def start_batch(
     partitions: Iterable[tuple[str, int]],
     kafka: SourceOptions,
     policy: TxnPolicy,
-    *,
-    readahead: MarkerReadAhead | None = None,
 ) -> BatchTransactions:
     """Steps 1-3 of the module docstring for one batch. The transaction topic's range and the
-    data partitions' last records are read at the same time (both wait on the broker); with
-    ``readahead``, the range was mostly read during the previous batch, and the next batch's is
-    started here."""
+    data partitions' last records are read at the same time (both wait on the broker)."""
     now = time.time()
     with ThreadPoolExecutor(max_workers=1) as pool:
         tails_read = pool.submit(partition_tails, ranges, partitions, kafka)
-        markers = []
-        for rng in ranges:
-            if not is_transaction_topic(rng.topic):
-                continue
-            if readahead is None:
-                markers += read_end_markers(rng, kafka)
-            else:
-                markers += readahead.markers(rng)
-                readahead.begin(rng, limit=rng.end - rng.start)
+        markers = [
+            m
+            for rng in ranges
+            if is_transaction_topic(rng.topic)
+            for messages in read_messages(rng, kafka)
+            for m in decode_ends(x.value() for x in messages)
+        ]
         tails = tails_read.result()
     loaded, book = book, book.add_markers(markers, now)
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
