@@ -84,9 +84,11 @@ def _stored_ranges(value: object) -> int:
             isinstance(pair, list | tuple)
             and len(pair) == 2
             and all(type(n) is int and n >= 0 for n in pair)
-            and pair[0] <= pair[1]
+            and pair[0] <= pair[1] <= ranges.MAX_RANK
         ):
-            raise ValueError(f"ranks pair {pair!r:.40} is not [lo, hi] with 0 <= lo <= hi")
+            raise ValueError(
+                f"ranks pair {pair!r:.40} is not [lo, hi] with 0 <= lo <= hi <= {ranges.MAX_RANK}"
+            )
         pairs.append((pair[0], pair[1]))
     return ranges.to_mask(tuple(pairs))
 

@@ -189,6 +189,19 @@ def test_a_stored_book_of_another_format_is_refused() -> None:
         TransactionBook.from_json({"format": 1, "ended": "nonsense"})
 
 
+@pytest.mark.parametrize("bad", [[[1]], [[3, 2]], [[1, 2**40]], 7, [[1, "2"]]])
+def test_stored_ranks_are_ranges_and_bounded(bad: object) -> None:
+    """Ranks live as masks in memory but are stored as ranges: a stored range is read back
+    exactly, and one that would make a mask of a trillion bits is refused, not allocated."""
+    book = TransactionBook().add_events({"T1": seen([1, 2, 5])}, now=0)
+    stored = book.to_json()
+    assert stored["open"][0]["seen"] == [[1, 2], [5, 5]]
+    assert TransactionBook.from_json(stored) == book
+    stored["open"][0]["seen"] = bad
+    with pytest.raises(BadTransactionState):
+        TransactionBook.from_json(stored)
+
+
 def test_the_summary_has_the_shape_the_status_command_reads() -> None:
     book = TransactionBook().add_markers([end("T1", 2)], now=0)
     book = book.add_events({"T1": seen([1]), "T2": seen([1, 2])}, now=60)
