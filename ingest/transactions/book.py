@@ -118,19 +118,11 @@ class TxnEvents:
     def of(
         cls, orders: Iterable[int], max_position: str | None = None, max_ts_ms: int | None = None
     ) -> TxnEvents:
-        return cls(ranges.mask_of(list(orders)), max_position, max_ts_ms)
+        return cls(ranges.mask_of(orders), max_position, max_ts_ms)
 
     @property
     def orders(self) -> Ranges:
         return ranges.from_mask(self.ranks)
-
-    def merge(self, other: TxnEvents) -> TxnEvents:
-        """Both tasks' sightings as one (the driver merges what its tasks report)."""
-        return TxnEvents(
-            self.ranks | other.ranks,
-            _max(self.max_position, other.max_position),
-            _max(self.max_ts_ms, other.max_ts_ms),
-        )
 
 
 @dataclass(slots=True)

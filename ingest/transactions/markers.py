@@ -44,13 +44,8 @@ __all__ = [
 _PG_ID = re.compile(r"(\d+):(\d+)")
 _TOPIC_SUFFIX = ".transaction"
 #: A BEGIN marker as Debezium writes it without a schema envelope: half of the transaction
-#: topic, read by the driver, and nothing in it but the id matters to the book.
+#: topic, read by the driver, and the book ignores BEGIN markers: passed over unparsed.
 _BEGIN_PREFIX = b'{"status":"BEGIN","id":"'
-_BEGIN = re.compile(
-    rb'\{"status":"BEGIN","id":"([^"\\]+)"'
-    rb'((?:,"(?:ts_ms":\d+|event_count":null|data_collections":null))*)\}'
-)
-_BEGIN_TS = re.compile(rb'"ts_ms":(\d+)')
 
 
 class BadTransactionMetadata(IngestError, ValueError):
@@ -126,9 +121,6 @@ def decode_marker(key: bytes | None, value: bytes | None) -> TransactionMarker |
     del key  # the key repeats the id; the value is what counts
     if value is None:
         return None
-    begin = _plain_begin(value) if value.startswith(_BEGIN_PREFIX) else None
-    if begin is not None:
-        return begin
     body = _payload(_json(value))
     if not isinstance(body, dict):
         raise BadTransactionMetadata("a transaction marker must be a JSON object")
@@ -149,18 +141,6 @@ def decode_marker(key: bytes | None, value: bytes | None) -> TransactionMarker |
         ts_ms,
         None if pg_id is None else _position(int(pg_id[2])),
     )
-
-
-def _plain_begin(value: bytes) -> TransactionMarker | None:
-    """A BEGIN marker as Debezium writes it without a schema envelope, read without a JSON
-    parse; None for anything else."""
-    begin = _BEGIN.fullmatch(value)
-    if begin is None:
-        return None
-    raw_id, rest = begin.groups()
-    stamp = _BEGIN_TS.search(rest)
-    ts_ms = None if stamp is None else int(stamp[1])
-    return TransactionMarker(MarkerStatus.BEGIN, normalise_id(raw_id.decode()), ts_ms=ts_ms)
 
 
 def decode_ends(values: Iterable[bytes | None]) -> list[TransactionMarker]:

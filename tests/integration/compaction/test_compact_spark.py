@@ -25,6 +25,7 @@ from jobs.compact_spark import ExecutorCatalog, spark_engine
 from jobs.table_compact import TaskResult, compact_backlog, plan_compaction
 from tests.fixtures.cli import lakestream
 from tests.fixtures.compaction import files_on_disk, rows_at
+from tests.fixtures.procs import processes
 from tests.fixtures.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -192,31 +193,15 @@ DAEMON = "pyspark.daemon"
 def kill_python_workers() -> None:
     """SIGKILL the Python workers of this test process's Spark: the processes forked by the
     ``pyspark.daemon`` its JVM started (never another process's Spark, nor the daemon)."""
-    procs = _processes()
-    jvms = {pid for pid, (ppid, _) in procs.items() if ppid == os.getpid()}
+    procs = processes()
+    jvms = {pid for pid, proc in procs.items() if proc.ppid == os.getpid()}
     daemons = {
-        pid for pid, (ppid, cmd) in procs.items() if ppid in jvms and "pyspark.daemon" in cmd
+        pid for pid, proc in procs.items() if proc.ppid in jvms and "pyspark.daemon" in proc.cmdline
     }
-    workers = [pid for pid, (ppid, _) in procs.items() if ppid in daemons]
+    workers = [pid for pid, proc in procs.items() if proc.ppid in daemons]
     assert workers, "no Python worker to kill"
     for pid in workers:
         os.kill(pid, signal.SIGKILL)
-
-
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process still there."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        found[int(entry.name)] = (ppid, cmd)
-    return found
 
 
 def test_the_command_reports_per_table_and_exits_1_when_a_task_fails(

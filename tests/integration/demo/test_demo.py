@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.procs import processes
+
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
 TABLES = ("shop.customers", "shop.orders", "shop.payments")
@@ -35,33 +37,17 @@ def demo(home: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
         )
 
 
-def processes() -> dict[int, tuple[int, str, str]]:
-    """pid -> (parent pid, state, command line) of every live process."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
-        found[int(entry.name)] = (int(ppid), state, cmdline)
-    return found
-
-
 def demo_processes(root: int, home: Path) -> dict[int, str]:
     """The demo's descendants, and the processes naming its home directory (PostgreSQL is
     detached by pg_ctl, so it is no descendant)."""
     table = processes()
-    mine = {pid for pid, (_, _, cmd) in table.items() if str(home) in cmd} | {root}
+    mine = {pid for pid, proc in table.items() if str(home) in proc.cmdline} | {root}
     grew = True
     while grew:
-        more = {pid for pid, (ppid, _, _) in table.items() if ppid in mine} - mine
+        more = {pid for pid, proc in table.items() if proc.ppid in mine} - mine
         mine |= more
         grew = bool(more)
-    return {pid: table[pid][2] for pid in mine if pid in table and table[pid][1] != "Z"}
+    return {pid: table[pid].cmdline for pid in mine if pid in table and table[pid].state != "Z"}
 
 
 def still_running(seen: dict[int, str]) -> dict[int, str]:
@@ -70,7 +56,7 @@ def still_running(seen: dict[int, str]) -> dict[int, str]:
     return {
         pid: cmd[:160]
         for pid, cmd in seen.items()
-        if pid in table and table[pid][1] != "Z" and table[pid][2] == cmd
+        if pid in table and table[pid].state != "Z" and table[pid].cmdline == cmd
     }
 
 

@@ -76,7 +76,7 @@ def test_begin_and_its_events_name_the_transaction_like_the_end() -> None:
         b'{"status": "BEGIN", "id": "733:26386320", "ts_ms": 1795519514730}',
     ],
 )
-def test_a_begin_reads_the_same_by_the_fast_path_and_the_parser(begin: bytes) -> None:
+def test_a_begin_reads_the_same_in_every_layout(begin: bytes) -> None:
     marker = decode_marker(None, begin)
     assert marker == TransactionMarker(MarkerStatus.BEGIN, "733", ts_ms=1795519514730)
 
