@@ -36,7 +36,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.rows import DictRow
@@ -69,8 +69,14 @@ from catalog.model import (
 from catalog.queries import query
 from catalog.retry import RetryPolicy
 from catalog.schema_changes import plan_schema_change, record_schema
-from catalog.snapshots import PartitionHead, head_from_row, load_snapshots, partition_heads
-from catalog.store import PgStore, translate_errors
+from catalog.snapshots import (
+    PartitionHead,
+    head_from_row,
+    heads_from_rows,
+    load_snapshots,
+    send_partition_heads,
+)
+from catalog.store import CommitState, PgStore, pipelined_transaction, translate_errors
 
 log = get_logger("lakestream.catalog.commit")
 
@@ -78,6 +84,8 @@ log = get_logger("lakestream.catalog.commit")
 #: (``LISTEN lakestream_commit``); the compactor's coordinator wakes on it.
 COMMIT_CHANNEL = "lakestream_commit"
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
+#: "The latest" as a table-version bound (see _Publication._send_reads).
+_LATEST = 2**62
 
 
 class _CommitSent(Exception):
@@ -98,6 +106,14 @@ class _PartitionPlan:
     chain: conflicts.Chain | None = None  # None: discarded
     full_state: tuple[FileOp, ...] | None = None
     """For a landing reset op: the partition's whole file set after it (see _materialize)."""
+
+
+class _Reads(NamedTuple):
+    """What a publication reads under the lock, queued to arrive in one round trip."""
+
+    locks: psycopg.Cursor[DictRow]
+    key: psycopg.Cursor[DictRow]
+    heads: dict[str, psycopg.Cursor[DictRow]]
 
 
 @dataclass(frozen=True)
@@ -168,7 +184,7 @@ class Committer:
         metas: Mapping[str, TableMeta],
         commit_id: uuid.UUID,
     ) -> None:
-        with translate_errors(), conn.transaction():
+        with translate_errors(), pipelined_transaction(conn):  # one round trip
             for tc in request.tables:
                 conn.execute(
                     query("insert_data_commits"),
@@ -205,14 +221,13 @@ class Committer:
         metas: Mapping[str, TableMeta],
         commit_id: uuid.UUID,
     ) -> CommitResult:
-        sent = False
+        state = CommitState()
         try:
-            with translate_errors(), conn.transaction():
+            with translate_errors(), pipelined_transaction(conn) as state:
                 result = _Publication(conn, request, metas, commit_id).run()
-                sent = True  # leaving this block sends COMMIT
             return result
         except CatalogUnavailableError as exc:
-            if sent and exc.kind is not UnavailableKind.LOCK_BUSY:
+            if state.sent and exc.kind is not UnavailableKind.LOCK_BUSY:
                 raise _CommitSent(exc) from exc
             raise
 
@@ -265,8 +280,10 @@ class _Publication:
         self.commit_id = commit_id
 
     def run(self) -> CommitResult:
-        locked, now = self._lock()
-        previous = _find_key(self.conn, self.request.key)
+        locks, key, heads = self._send_reads()
+        locked, now = self._lock(locks.fetchall())  # one round trip brings all three
+        row = key.fetchone()
+        previous = CommitResult.model_validate(row["result"]) if row else None
         if previous is not None:
             self._check_same_tables(previous)
             return previous.model_copy(update={"replayed": True})
@@ -275,7 +292,11 @@ class _Publication:
             if tc.evolve_to is not None:
                 self._evolve(tc)
         plans = {
-            tc.table: self._plan(tc, locked[self.metas[tc.table].table_id])
+            tc.table: self._plan(
+                tc,
+                locked[self.metas[tc.table].table_id],
+                heads_from_rows(heads[tc.table].fetchall()),
+            )
             for tc in self.request.tables
         }
         results = tuple(
@@ -335,9 +356,31 @@ class _Publication:
                 "must not be reused for different tables or for a recreated table"
             )
 
-    def _lock(self) -> tuple[dict[uuid.UUID, _LockedTable], dt.datetime]:
+    def _send_reads(self) -> _Reads:
+        """Queue the head locks, the key lookup and every partition's head, to travel together.
+
+        The reads run after the lock is granted, each on a fresh snapshot (READ COMMITTED), so
+        they see the state we build on. Under the lock every committed partition version is at
+        or below the table's head, so "latest" needs no bound from the lock's answer.
+        """
         table_ids = sorted(self.metas[tc.table].table_id for tc in self.request.tables)
-        rows = self.conn.execute(query("lock_tables"), {"table_ids": table_ids}).fetchall()
+        locks = self.conn.execute(query("lock_tables"), {"table_ids": table_ids})
+        key = self.conn.execute(
+            query("find_commit_key"),
+            {"writer_id": self.request.key.writer_id, "batch_id": self.request.key.batch_id},
+        )
+        heads = {
+            tc.table: send_partition_heads(
+                self.conn,
+                self.metas[tc.table].table_id,
+                [p.partition_desc for p in tc.partitions],
+                _LATEST,
+            )
+            for tc in self.request.tables
+        }
+        return _Reads(locks, key, heads)
+
+    def _lock(self, rows: Sequence[DictRow]) -> tuple[dict[uuid.UUID, _LockedTable], dt.datetime]:
         locked = {
             r["table_id"]: _LockedTable(
                 r["table_id"], r["version"], r["committed_at"], r["dropped_at"] is not None
@@ -351,7 +394,9 @@ class _Publication:
         now: dt.datetime = rows[0]["now"]
         return locked, now
 
-    def _plan(self, tc: TableCommit, table: _LockedTable) -> list[_PartitionPlan]:
+    def _plan(
+        self, tc: TableCommit, table: _LockedTable, heads: Mapping[str, PartitionHead | None]
+    ) -> list[_PartitionPlan]:
         meta = self.metas[tc.table]
         if tc.base_version is not None and tc.base_version > table.version:
             raise CommitRejected(
@@ -359,8 +404,6 @@ class _Publication:
                 f"version {table.version}",
                 table=tc.table,
             )
-        descs = [p.partition_desc for p in tc.partitions]
-        heads = partition_heads(self.conn, meta.table_id, descs, table.version)
         landed = self._landed(tc, table, heads)
         plans = []
         for part in tc.partitions:
@@ -465,11 +508,12 @@ class _Publication:
             return TableCommitResult(
                 table=tc.table, table_id=meta.table_id, version=None, discarded=True
             )
-        row = self.conn.execute(
+        # Not waited for: we hold the head lock, so the head moves to exactly its version + 1
+        # (and the primary key of table_version would refuse a version taken twice).
+        self.conn.execute(
             query("advance_head"), {"table_id": meta.table_id, "committed_at": committed_at}
-        ).fetchone()
-        assert row is not None  # the head row is locked by us
-        version: int = row["version"]
+        )
+        version = table.version + 1
         partition_versions = self._insert_versions(tc, meta, landing, version, committed_at)
         self._insert_table_version(tc, meta, (landing, discarded), version, committed_at)
         return TableCommitResult(

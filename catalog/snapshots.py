@@ -70,10 +70,24 @@ def partition_heads(
     table_version: int,
 ) -> dict[str, PartitionHead | None]:
     """Latest version at or before ``table_version`` of each named partition (None: none yet)."""
-    rows = conn.execute(
+    return heads_from_rows(send_partition_heads(conn, table_id, descs, table_version).fetchall())
+
+
+def send_partition_heads(
+    conn: psycopg.Connection[DictRow],
+    table_id: uuid.UUID,
+    descs: Sequence[str],
+    table_version: int,
+) -> psycopg.Cursor[DictRow]:
+    """The query of :func:`partition_heads`, rows unread: in pipeline mode it is only queued,
+    so it can travel in one round trip with other statements (see the commit protocol)."""
+    return conn.execute(
         query("partition_heads"),
         {"table_id": table_id, "descs": list(descs), "table_version": table_version},
-    ).fetchall()
+    )
+
+
+def heads_from_rows(rows: Iterable[DictRow]) -> dict[str, PartitionHead | None]:
     return {r["partition_desc"]: head_from_row(r) if r["version"] else None for r in rows}
 
 

@@ -1,7 +1,8 @@
 """The PostgreSQL seam: a connection pool, and the one place driver errors become catalog errors.
 
 Connections are autocommit; every multi-statement unit of work opens ``conn.transaction()``
-explicitly, so no statement ever runs in a transaction it did not ask for. The isolation level is
+(or, where round trips count, :func:`pipelined_transaction`) explicitly, so no statement ever
+runs in a transaction it did not ask for. The isolation level is
 READ COMMITTED on purpose - see :mod:`catalog.committer` for why the conflict check is not blind
 under it.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -138,6 +140,46 @@ class PgStore:
     def fetch_one(self, sql: Any, params: dict[str, Any]) -> Row | None:
         with self.connection() as conn, translate_errors():
             return conn.execute(sql, params).fetchone()
+
+
+@dataclass
+class CommitState:
+    sent: bool = False
+    """True from just before COMMIT goes out: a connection failure after it leaves the
+    transaction's outcome unknown."""
+
+
+@contextlib.contextmanager
+def pipelined_transaction(conn: psycopg.Connection[DictRow]) -> Iterator[CommitState]:
+    """``BEGIN`` ... ``COMMIT`` with the connection in pipeline mode.
+
+    Statements are queued and travel together, so the transaction costs one round trip per
+    result the block waits for, plus one for COMMIT with whatever is still queued, instead of
+    one per statement. That matters most to the commit protocol, whose table locks are held
+    from the round trip that takes them to the one that commits. On an error the server skips
+    the rest of the queue; the transaction is rolled back (if the connection still works)
+    before the error leaves.
+    """
+    state = CommitState()
+    try:
+        with conn.pipeline() as pipeline:
+            try:
+                conn.execute("BEGIN", prepare=False)
+                yield state
+                state.sent = True
+                conn.execute(
+                    "COMMIT", prepare=False
+                )  # sent, with the rest of the queue, as the pipeline ends
+            except BaseException:
+                if not conn.broken:
+                    with contextlib.suppress(psycopg.Error):
+                        pipeline.sync()  # collect what the server skipped after an error
+                raise
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status is not TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK", prepare=False)
+        raise
 
 
 @contextlib.contextmanager
