@@ -1,47 +1,56 @@
-"""The commit protocol: prepare, publish under the table locks, resolve conflicts, retry.
+"""The commit protocol: prepare, decide, publish in one statement, resolve conflicts, retry.
 
 A commit happens in two transactions, after the data files are written:
 
 1. **prepare** - insert the commit's file ops into ``data_commit_info``. Nothing is visible to
    readers yet, but a writer that dies from here on leaves rows that name its files (rows whose
    commit id never got a ``commit_key`` row), so maintenance can find them.
-2. **publish** - lock the ``table_head`` row of every touched table (in table-id order, so
-   multi-table commits never deadlock), then for every touched partition read what landed since
-   the commit's base version, resolve it by the conflict matrix, insert the next partition
-   versions, advance each table head, and record the idempotency key and the writer's progress.
-   All of it commits atomically, across partitions and across tables.
+2. **publish** - read each touched table's head, the idempotency key and every touched
+   partition's head (one round trip, no locks), decide client-side what landed since the
+   commit's base version and how the conflict matrix resolves it, then send the decision to the
+   ``publish_commit`` SQL function (migration 0009) as one statement. The function locks the
+   ``table_head`` rows (in table-id order, so multi-table commits never deadlock), checks that
+   what the decision rests on still holds - the tables are not dropped, the key is unused, a
+   reset op's partition is where it was read, and nothing the decision would have had to refuse
+   landed since - then inserts the partition versions, advances the heads and records the key and
+   the writer's progress. All of it commits atomically, across partitions and across tables.
 
-Why this is not blind under READ COMMITTED: every statement after ``SELECT ... FOR UPDATE`` on the
-head rows takes a fresh snapshot, and no other committer can publish to those tables until we
-commit, so what we read after the lock is exactly the latest state we build on. (Under
-REPEATABLE READ the snapshot would be taken before the lock was granted and the lock itself would
-fail with a serialization error whenever another commit got in first; READ COMMITTED plus the lock
-gives the same safety with waiting instead of aborting.) The primary key
-``(table_id, partition_desc, version)`` remains a backstop: a client that skipped the lock could
-not publish the same version twice.
+The locks are held only inside that one server-side statement: no client round trip happens
+while another writer waits, which is what lets concurrent writers on distinct partitions of the
+same tables scale. If the function finds the decision stale it raises SQLSTATE ``LS001`` and
+changes nothing; the commit then decides again *under* the locks, in a transaction that takes
+them first (``SELECT ... FOR UPDATE``; under READ COMMITTED every later statement takes a fresh
+snapshot, so what it reads is exactly the state it builds on) and publishes through the same
+function. Schema changes and reset ops (compaction, update) always take that locked path:
+snapshot expiry rewrites the chains they build on in place, which the function could not
+detect (see _decided_under_locks). The primary key
+``(table_id, partition_desc, version)`` remains a backstop: a client that skipped both could not
+publish the same version twice.
 
-With the lock, the matrix's "retry" case (append after append) is a rebase done in place, so
-concurrent appends never fail and never lose a commit. The retry loop around the whole protocol is
-for what the lock cannot prevent: lock timeouts, dropped connections, database restarts.
+With the matrix's "retry" case (append after append) done as a rebase onto what landed,
+concurrent appends never fail and never lose a commit. The retry loop around the whole protocol
+is for what the locks cannot prevent: lock timeouts, dropped connections, database restarts.
 
-A connection that dies while COMMIT is in flight leaves the outcome unknown. The key decides it:
-on a new connection we take the same head locks (waiting out a backend that may still be
-finishing) and look the key up. Found - it landed. Absent - it did not, and we try again.
+A connection that dies after the publishing statement was sent leaves the outcome unknown. The
+key decides it: on a new connection we first end the old backend if it is still running (it may
+not even have taken the locks yet, and would otherwise publish after we looked), take the same
+head locks (waiting out its commit) and look the key up. Found - it landed. Absent - it did not,
+and we try again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, LiteralString, NamedTuple
 
 import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel
 
 from catalog import conflicts, schemas
 from catalog.errors import (
@@ -76,24 +85,38 @@ from catalog.snapshots import (
     load_snapshots,
     send_partition_heads,
 )
-from catalog.store import CommitState, PgStore, pipelined_transaction, translate_errors
+from catalog.store import PgStore, pipelined_transaction, translate_errors
 
 log = get_logger("lakestream.catalog.commit")
 
 #: Every publish notifies this channel with the id of each table it gave a new version
 #: (``LISTEN lakestream_commit``); the compactor's coordinator wakes on it.
 COMMIT_CHANNEL = "lakestream_commit"
-_ONE_MICROSECOND = dt.timedelta(microseconds=1)
+_END_BACKEND_MS = 10_000
 #: "The latest" as a table-version bound (see _Publication._send_reads).
 _LATEST = 2**62
 
 
-class _CommitSent(Exception):
-    """The connection failed after COMMIT was sent: the outcome is unknown."""
+#: A placeholder for the commit time in the result sent to publish_commit, which fills it in.
+_FILLED_IN = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: SQLSTATE publish_commit raises when the decision it was sent no longer holds.
+_STALE = "LS001"
 
-    def __init__(self, cause: Exception) -> None:
+
+class _CommitSent(Exception):
+    """The connection failed after the publishing statement was sent: the outcome is unknown.
+
+    ``backend_pid`` ran it; it was connected before ``since`` (the server's clock)."""
+
+    def __init__(self, cause: Exception, backend_pid: int, since: dt.datetime | None) -> None:
         super().__init__(str(cause))
         self.cause = cause
+        self.backend_pid = backend_pid
+        self.since = since
+
+
+class _Stale(Exception):
+    """A decision made without the locks no longer holds: decide again under them."""
 
 
 @dataclass
@@ -148,7 +171,7 @@ class Committer:
                 raise
             except _CommitSent as exc:
                 unknown, last_error = True, exc.cause
-                found = self._resolve_after_failure(request, metas)
+                found = self._resolve_after_failure(request, metas, exc)
                 if found is not None:
                     return found.model_copy(update={"attempts": attempt, "replayed": False})
                 unknown = False  # definitely not landed: safe to try again
@@ -221,26 +244,46 @@ class Committer:
         metas: Mapping[str, TableMeta],
         commit_id: uuid.UUID,
     ) -> CommitResult:
-        state = CommitState()
+        """Decide without locks and publish in one statement; if the decision went stale by
+        then, decide again under the locks. Some decisions are made under them from the start
+        (see _decided_under_locks)."""
+        if not _decided_under_locks(request):
+            try:
+                return self._attempt(_Publication(conn, request, metas, commit_id, locked=False))
+            except _Stale:
+                pass
+        return self._attempt(_Publication(conn, request, metas, commit_id, locked=True))
+
+    def _attempt(self, publication: _Publication) -> CommitResult:
+        conn = publication.conn
+        backend_pid = conn.info.backend_pid
         try:
-            with translate_errors(), pipelined_transaction(conn) as state:
-                result = _Publication(conn, request, metas, commit_id).run()
-            return result
+            with translate_errors():
+                if publication.locked:
+                    with pipelined_transaction(conn):
+                        outcome = publication.run()
+                else:
+                    with _stale_as(_Stale), conn.pipeline():  # autocommit: one statement commits
+                        outcome = publication.run()
+                return outcome()
         except CatalogUnavailableError as exc:
-            if state.sent and exc.kind is not UnavailableKind.LOCK_BUSY:
-                raise _CommitSent(exc) from exc
+            if publication.sent and exc.kind is not UnavailableKind.LOCK_BUSY:
+                raise _CommitSent(exc, backend_pid, publication.now) from exc
             raise
 
     def _resolve_after_failure(
-        self, request: CommitRequest, metas: Mapping[str, TableMeta]
+        self, request: CommitRequest, metas: Mapping[str, TableMeta], sent: _CommitSent
     ) -> CommitResult | None:
-        """After an unknown outcome: wait out the old backend's locks, then look up the key."""
+        """After an unknown outcome: end the old backend (it committed or it did not; it may
+        not have taken the locks yet), wait out its locks, then look up the key."""
         table_ids = sorted(metas[tc.table].table_id for tc in request.tables)
         for _ in self._policy.attempts_iter():
             try:
-                with self._store.connection() as conn, translate_errors(), conn.transaction():
-                    conn.execute(query("lock_tables"), {"table_ids": table_ids})
-                    return _find_key(conn, request.key)
+                with self._store.connection() as conn, translate_errors():
+                    _end_backend(conn, sent)
+                    with conn.transaction():
+                        conn.execute(_table_heads_sql(lock=True), {"table_ids": table_ids})
+                        return _find_key(conn, request.key)
             except CatalogUnavailableError:
                 continue
         raise CommitStateUnknown(
@@ -264,8 +307,27 @@ class Committer:
         return CatalogUnavailableError(f"catalog commit failed after retries: {error}")
 
 
+def _decided_under_locks(request: CommitRequest) -> bool:
+    """Whether a commit must decide under the head locks: ``publish_commit`` could not tell
+    that its decision went stale.
+
+    A schema change is serialised with other schema changes by the lock. A reset op
+    (compaction, update) builds its decision from the partition's snapshot - the files of its
+    base chain, and for a reorder the commit ids of what landed since - and snapshot expiry
+    rewrites those rows in place, under the head lock, without a new version: a decision read
+    before such a rewrite would name commit rows that are gone. Appends and merges name only
+    their own commit row, and the function takes their chain's start from the head it locks.
+    """
+    return any(tc.evolve_to is not None or tc.op.resets_snapshot for tc in request.tables)
+
+
 class _Publication:
-    """One attempt at publishing, inside the locked transaction."""
+    """One attempt at publishing: read, decide, then one ``publish_commit`` call writes it all.
+
+    ``locked``: the reads take the tables' head locks (inside a transaction), so the decision
+    cannot go stale. Otherwise they take none, and ``publish_commit`` checks under the locks
+    that what the decision rests on still holds (raising LS001, "stale", if not).
+    """
 
     def __init__(
         self,
@@ -273,52 +335,42 @@ class _Publication:
         request: CommitRequest,
         metas: Mapping[str, TableMeta],
         commit_id: uuid.UUID,
+        *,
+        locked: bool,
     ) -> None:
         self.conn = conn
         self.request = request
         self.metas = metas
         self.commit_id = commit_id
+        self.locked = locked
+        self.sent = False
+        """True once the publishing statement is queued: from then the outcome may be unknown."""
+        self.now: dt.datetime | None = None
+        """The server's clock when the reads ran."""
 
-    def run(self) -> CommitResult:
+    def run(self) -> Callable[[], CommitResult]:
+        """Queue the work; the returned call gives the result once the connection synced."""
         locks, key, heads = self._send_reads()
-        locked, now = self._lock(locks.fetchall())  # one round trip brings all three
+        tables = self._tables(locks.fetchall())  # one round trip brings all three
         row = key.fetchone()
-        previous = CommitResult.model_validate(row["result"]) if row else None
-        if previous is not None:
+        if row is not None:
+            previous = CommitResult.model_validate(row["result"])
             self._check_same_tables(previous)
-            return previous.model_copy(update={"replayed": True})
-        committed_at = max([now, *(t.committed_at + _ONE_MICROSECOND for t in locked.values())])
+            # our own earlier attempt (its answer was lost) is not a replay
+            replayed = previous.commit_id != self.commit_id
+            return lambda: previous.model_copy(update={"replayed": replayed})
         for tc in self.request.tables:
             if tc.evolve_to is not None:
                 self._evolve(tc)
-        plans = {
-            tc.table: self._plan(
-                tc,
-                locked[self.metas[tc.table].table_id],
-                heads_from_rows(heads[tc.table].fetchall()),
-            )
+        plans = [
+            (tc, self._plan(tc, tables[tc.table], heads_from_rows(heads[tc.table].fetchall())))
             for tc in self.request.tables
-        }
-        results = tuple(
-            self._apply(tc, plans[tc.table], locked[self.metas[tc.table].table_id], committed_at)
-            for tc in self.request.tables
+        ]
+        self.sent = True
+        published = self.conn.execute(
+            query("publish_commit"), {"p": Jsonb(self._decision(plans))}, prepare=False
         )
-        result = CommitResult(
-            commit_id=self.commit_id,
-            key=self.request.key,
-            committed_at=committed_at,
-            tables=results,
-        )
-        self._record_key(result)
-        self._notify(result)
-        return result
-
-    def _notify(self, result: CommitResult) -> None:
-        landed = [t.table_id for t in result.tables if t.version is not None]
-        if landed:
-            self.conn.execute(
-                query("notify_commit"), {"channel": COMMIT_CHANNEL, "table_ids": landed}
-            )
+        return lambda: _published_result(published)
 
     def _evolve(self, tc: TableCommit) -> None:
         """Publish the commit's schema change; the head lock serialises it with other changes."""
@@ -357,14 +409,15 @@ class _Publication:
             )
 
     def _send_reads(self) -> _Reads:
-        """Queue the head locks, the key lookup and every partition's head, to travel together.
+        """Queue the table heads (locked or not), the key lookup and every partition's head, to
+        travel together.
 
-        The reads run after the lock is granted, each on a fresh snapshot (READ COMMITTED), so
-        they see the state we build on. Under the lock every committed partition version is at
-        or below the table's head, so "latest" needs no bound from the lock's answer.
+        Locked, the reads run after the lock is granted, each on a fresh snapshot (READ
+        COMMITTED), so they see the state we build on. "Latest" needs no bound from the heads'
+        answer: every committed partition version is at or below its table's head.
         """
         table_ids = sorted(self.metas[tc.table].table_id for tc in self.request.tables)
-        locks = self.conn.execute(query("lock_tables"), {"table_ids": table_ids})
+        locks = self.conn.execute(_table_heads_sql(lock=self.locked), {"table_ids": table_ids})
         key = self.conn.execute(
             query("find_commit_key"),
             {"writer_id": self.request.key.writer_id, "batch_id": self.request.key.batch_id},
@@ -380,19 +433,21 @@ class _Publication:
         }
         return _Reads(locks, key, heads)
 
-    def _lock(self, rows: Sequence[DictRow]) -> tuple[dict[uuid.UUID, _LockedTable], dt.datetime]:
-        locked = {
+    def _tables(self, rows: Sequence[DictRow]) -> dict[str, _LockedTable]:
+        found = {
             r["table_id"]: _LockedTable(
                 r["table_id"], r["version"], r["committed_at"], r["dropped_at"] is not None
             )
             for r in rows
         }
+        tables = {}
         for tc in self.request.tables:
-            state = locked.get(self.metas[tc.table].table_id)
+            state = found.get(self.metas[tc.table].table_id)
             if state is None or state.dropped:
                 raise CommitRejected(f"table {tc.table!r} was dropped", table=tc.table)
-        now: dt.datetime = rows[0]["now"]
-        return locked, now
+            tables[tc.table] = state
+        self.now = rows[0]["now"]
+        return tables
 
     def _plan(
         self, tc: TableCommit, table: _LockedTable, heads: Mapping[str, PartitionHead | None]
@@ -492,99 +547,82 @@ class _Publication:
             )
         return head_from_row(row) if row else None
 
-    def _apply(
-        self,
-        tc: TableCommit,
-        plans: Sequence[_PartitionPlan],
-        table: _LockedTable,
-        committed_at: dt.datetime,
-    ) -> TableCommitResult:
-        meta = self.metas[tc.table]
+    def _decision(
+        self, plans: Sequence[tuple[TableCommit, Sequence[_PartitionPlan]]]
+    ) -> dict[str, Any]:
+        """What ``publish_commit`` writes (see migration 0009 for the form)."""
+        key = self.request.key
+        template = CommitResult(
+            commit_id=self.commit_id,
+            key=key,
+            committed_at=_FILLED_IN,
+            tables=tuple(
+                TableCommitResult(
+                    table=tc.table,
+                    table_id=self.metas[tc.table].table_id,
+                    version=None,
+                    discarded=all(p.chain is None for p in tc_plans),
+                )
+                for tc, tc_plans in plans
+            ),
+        )
+        return {
+            "commit_id": str(self.commit_id),
+            "writer_id": key.writer_id,
+            "batch_id": key.batch_id,
+            "channel": COMMIT_CHANNEL,
+            "result": template.model_dump(mode="json"),
+            "progress": self._progress(),
+            "tables": [self._table_decision(tc, tc_plans) for tc, tc_plans in plans],
+        }
+
+    def _table_decision(self, tc: TableCommit, plans: Sequence[_PartitionPlan]) -> dict[str, Any]:
         landing = [p for p in plans if p.chain is not None]
         discarded = [p for p in plans if p.chain is None]
-        self._record_discarded(meta, discarded)
         if not landing:
             log.info("commit_discarded", table=tc.table, op=tc.op.value, partitions=len(discarded))
-            return TableCommitResult(
-                table=tc.table, table_id=meta.table_id, version=None, discarded=True
-            )
-        # Not waited for: we hold the head lock, so the head moves to exactly its version + 1
-        # (and the primary key of table_version would refuse a version taken twice).
-        self.conn.execute(
-            query("advance_head"), {"table_id": meta.table_id, "committed_at": committed_at}
-        )
-        version = table.version + 1
-        partition_versions = self._insert_versions(tc, meta, landing, version, committed_at)
-        self._insert_table_version(tc, meta, (landing, discarded), version, committed_at)
-        return TableCommitResult(
-            table=tc.table,
-            table_id=meta.table_id,
-            version=version,
-            partition_versions=partition_versions,
-        )
-
-    def _insert_versions(
-        self,
-        tc: TableCommit,
-        meta: TableMeta,
-        landing: Sequence[_PartitionPlan],
-        table_version: int,
-        committed_at: dt.datetime,
-    ) -> dict[str, int]:
-        rows: list[dict[str, Any]] = []
-        for plan in landing:
-            assert plan.chain is not None
-            version = (plan.head.version if plan.head else 0) + 1
-            start = (
-                version
-                if plan.chain.starts_new_chain or plan.head is None
-                else plan.head.snapshot_start
-            )
-            rows.append(
-                {
-                    "table_id": meta.table_id,
-                    "partition_desc": plan.commit.partition_desc,
-                    "version": version,
-                    "table_version": table_version,
-                    "commit_op": tc.op.value,
-                    "snapshot_start": start,
-                    "commit_ids": list(plan.chain.commit_ids),
-                    "committed_at": committed_at,
-                }
-            )
-        with self.conn.cursor() as cur:
-            cur.executemany(query("insert_partition_version"), rows)
-            materialized = [
-                {
-                    "table_id": meta.table_id,
-                    "partition_desc": p.commit.partition_desc,
-                    "commit_id": self.commit_id,
-                    "file_ops": _ops_json(p.full_state),
-                }
-                for p in landing
-                if p.full_state is not None
-            ]
-            if materialized:
-                cur.executemany(query("set_file_ops"), materialized)
-        descs = [plan.commit.partition_desc for plan in landing]
-        params = {
-            "table_id": meta.table_id,
-            "descs": descs,
-            "commit_id": self.commit_id,
-            "table_version": table_version,
+        return {
+            "table_id": str(self.metas[tc.table].table_id),
+            "commit_op": tc.op.value,
+            "summary": self._summary(tc, landing, discarded),
+            "discarded": [p.commit.partition_desc for p in discarded],
+            "cleanup": [f.path for p in discarded for f in p.commit.added],
+            "landing": [self._landing(tc, p) for p in landing],
         }
-        self.conn.execute(query("insert_table_partitions"), params)
-        return {r["partition_desc"]: r["version"] for r in rows}
 
-    def _insert_table_version(
+    def _landing(self, tc: TableCommit, plan: _PartitionPlan) -> dict[str, Any]:
+        """How ``publish_commit`` checks that this partition's decision still holds.
+
+        A reset op's file set was built from the partition's head: that head must still be the
+        latest. An append or merge lands on whatever landed meanwhile (the matrix rebases it),
+        unless an op it cannot rebase on landed after its base version.
+        """
+        assert plan.chain is not None
+        entry: dict[str, Any] = {
+            "desc": plan.commit.partition_desc,
+            "commit_ids": [str(c) for c in plan.chain.commit_ids],
+            "new_chain": plan.chain.starts_new_chain,
+        }
+        if tc.op.resets_snapshot:
+            entry["expect"] = plan.head.version if plan.head else None
+        else:
+            relax = self.metas[tc.table].relaxations
+            entry["base"] = tc.base_version
+            entry["forbidden"] = [
+                op.value
+                for op in CommitOp
+                if conflicts.resolve_pair(tc.op, op, relax) is not conflicts.Resolution.REBASE
+            ]
+        if plan.full_state is not None:
+            entry["file_ops"] = _ops_json(plan.full_state)
+        return entry
+
+    def _summary(
         self,
         tc: TableCommit,
-        meta: TableMeta,
-        plans: tuple[Sequence[_PartitionPlan], Sequence[_PartitionPlan]],
-        version: int,
-        committed_at: dt.datetime,
-    ) -> None:
-        landing, discarded = plans
+        landing: Sequence[_PartitionPlan],
+        discarded: Sequence[_PartitionPlan],
+    ) -> dict[str, object]:
         added = [f for p in landing for f in p.commit.added]
         removed = [f for p in landing for f in p.commit.deleted]
         summary: dict[str, object] = {
@@ -604,71 +642,66 @@ class _Publication:
                 **point.model_dump(mode="json"),
                 "exceptions": list(watermark.exceptions),
             }
-        self.conn.execute(
-            query("insert_table_version"),
-            {
-                "table_id": meta.table_id,
-                "version": version,
-                "commit_id": self.commit_id,
-                "commit_op": tc.op.value,
-                "committed_at": committed_at,
-                "writer_id": self.request.key.writer_id,
-                "batch_id": self.request.key.batch_id,
-                "summary": Jsonb(summary),
-            },
-        )
+        return summary
 
-    def _record_discarded(self, meta: TableMeta, discarded: Sequence[_PartitionPlan]) -> None:
-        """A discarded commit's new files are never referenced: queue them for cleanup."""
-        paths = [f.path for p in discarded for f in p.commit.added]
-        if discarded:  # the cleanup rows below replace the prepared ones
-            self.conn.execute(
-                query("forget_partitions"),
-                {
-                    "table_id": meta.table_id,
-                    "commit_id": self.commit_id,
-                    "descs": [p.commit.partition_desc for p in discarded],
-                },
-            )
-        if paths:
-            self.conn.execute(
-                query("insert_cleanup_files"),
-                {
-                    "table_id": meta.table_id,
-                    "paths": paths,
-                    "commit_id": self.commit_id,
-                    "reason": "discarded by conflict resolution",
-                },
-            )
-
-    def _record_key(self, result: CommitResult) -> None:
-        key = self.request.key
-        params = {
-            "writer_id": key.writer_id,
-            "batch_id": key.batch_id,
-            "commit_id": self.commit_id,
-            "committed_at": result.committed_at,
-            "result": Jsonb(result.model_dump(mode="json")),
-            "source_offsets": Jsonb(self.request.source_offsets)
-            if self.request.source_offsets is not None
-            else None,
-            "table_ids": sorted(t.table_id for t in result.tables),
-            "source_watermark": _jsonb_or_none(self.request.source_watermark),
-            "job_state": Jsonb(self.request.job_state)
-            if self.request.job_state is not None
-            else None,
+    def _progress(self) -> dict[str, Any] | None:
+        """The writer's progress row, or None: nobody can ask for a one-off writer's progress."""
+        request, key = self.request, self.request.key
+        if not request.record_progress or (request.progress_key is None and key.is_anonymous):
+            return None
+        watermark = request.source_watermark
+        return {
+            "writer_id": request.progress_key or key.writer_id,
+            "source_offsets": request.source_offsets,
+            "source_watermark": None if watermark is None else watermark.model_dump(mode="json"),
+            "job_state": request.job_state,
         }
-        self.conn.execute(query("insert_commit_key"), params)
-        if not self.request.record_progress or (
-            self.request.progress_key is None and key.is_anonymous
-        ):
-            return  # nobody can ask for the progress of a one-off writer: keep no row for it
-        progress = {**params, "writer_id": self.request.progress_key or key.writer_id}
-        self.conn.execute(query("upsert_writer_progress"), progress)
 
 
-def _jsonb_or_none(model: BaseModel | None) -> Jsonb | None:
-    return None if model is None else Jsonb(model.model_dump(mode="json"))
+def _published_result(cursor: psycopg.Cursor[DictRow]) -> CommitResult:
+    row = cursor.fetchone()
+    assert row is not None  # publish_commit returns a row or raises
+    return CommitResult.model_validate(row["publish_commit"])
+
+
+def _table_heads_sql(*, lock: bool) -> LiteralString:
+    if lock:
+        return query("lock_tables")
+    return query("commit_table_heads")
+
+
+@contextlib.contextmanager
+def _stale_as(error: type[Exception]) -> Iterator[None]:
+    """publish_commit's "stale" answer as ``error``; other errors pass."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if exc.sqlstate == _STALE:
+            raise error(str(exc)) from exc
+        raise
+
+
+def _end_backend(conn: psycopg.Connection[DictRow], sent: _CommitSent) -> None:
+    """End the backend that ran a publication whose answer was lost, and wait until it has.
+
+    A publication decided without locks takes them only in its last statement; when the
+    connection dies with that statement in flight, its backend may not have taken them yet, so
+    waiting for the locks alone could look the key up before the statement runs. Once the
+    backend is gone the statement either committed or never will. ``since`` guards against a
+    reused process id. Without the right to end it (another role), the lock wait remains.
+    """
+    if sent.since is None:
+        return
+    try:
+        row = conn.execute(
+            query("end_backend"),
+            {"pid": sent.backend_pid, "since": sent.since, "timeout_ms": _END_BACKEND_MS},
+        ).fetchone()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        log.warning("commit_backend_not_ended", pid=sent.backend_pid, error=str(exc))
+        return
+    if row is not None:  # it was still there: its statement had not finished
+        log.warning("commit_backend_ended", pid=sent.backend_pid, ended=row["pg_terminate_backend"])
 
 
 def _log_conflict(request: CommitRequest, exc: CommitConflict) -> None:

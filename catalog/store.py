@@ -50,6 +50,13 @@ class StoreSettings:
     connect_timeout: float = 10.0
     lock_timeout_ms: int = 5_000
     statement_timeout_ms: int = 60_000
+    client_check_interval_ms: int = 200
+    """How often a backend running a statement checks that its client is still connected
+    (``client_connection_check_interval``, PostgreSQL 14+). A commit is published by one
+    statement that commits by itself once it has the locks; without the check, a writer killed
+    while that statement waits for a lock would still publish seconds later - after a restarted
+    writer may have read the catalog's offsets and started over from them. With it, the
+    orphaned statement is cancelled within this interval of the client's death."""
     reconnect_timeout: float = 5.0
     """How long the pool keeps retrying one lost connection in the background before it
     gives the slot up; the next request then connects afresh. Short on purpose: the pool's
@@ -71,6 +78,7 @@ class PgStore:
         options = (
             f"-c lock_timeout={settings.lock_timeout_ms} "
             f"-c statement_timeout={settings.statement_timeout_ms} "
+            f"-c client_connection_check_interval={settings.client_check_interval_ms} "
             "-c default_transaction_isolation=read\\ committed "
             f"-c search_path={settings.schema}"  # checked: a plain lower-case identifier
         )
@@ -142,15 +150,8 @@ class PgStore:
             return conn.execute(sql, params).fetchone()
 
 
-@dataclass
-class CommitState:
-    sent: bool = False
-    """True from just before COMMIT goes out: a connection failure after it leaves the
-    transaction's outcome unknown."""
-
-
 @contextlib.contextmanager
-def pipelined_transaction(conn: psycopg.Connection[DictRow]) -> Iterator[CommitState]:
+def pipelined_transaction(conn: psycopg.Connection[DictRow]) -> Iterator[None]:
     """``BEGIN`` ... ``COMMIT`` with the connection in pipeline mode.
 
     Statements are queued and travel together, so the transaction costs one round trip per
@@ -160,16 +161,13 @@ def pipelined_transaction(conn: psycopg.Connection[DictRow]) -> Iterator[CommitS
     the rest of the queue; the transaction is rolled back (if the connection still works)
     before the error leaves.
     """
-    state = CommitState()
     try:
         with conn.pipeline() as pipeline:
             try:
                 conn.execute("BEGIN", prepare=False)
-                yield state
-                state.sent = True
-                conn.execute(
-                    "COMMIT", prepare=False
-                )  # sent, with the rest of the queue, as the pipeline ends
+                yield
+                # sent with whatever is still queued as the pipeline ends
+                conn.execute("COMMIT", prepare=False)
             except BaseException:
                 if not conn.broken:
                     with contextlib.suppress(psycopg.Error):

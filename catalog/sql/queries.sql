@@ -11,6 +11,22 @@ WHERE h.table_id = ANY(%(table_ids)s)
 ORDER BY h.table_id
 FOR UPDATE OF h
 
+-- name: commit_table_heads
+-- lock_tables without the locks: what a commit decides on before publish_commit takes them.
+SELECT h.table_id, h.version, h.committed_at, t.dropped_at, clock_timestamp() AS now
+FROM table_head h JOIN table_info t USING (table_id)
+WHERE h.table_id = ANY(%(table_ids)s)
+
+-- name: publish_commit
+-- The write half of a commit, decided by the client (migration 0009).
+SELECT publish_commit(%(p)s)
+
+-- name: end_backend
+-- After a connection died with a commit in flight: end its backend (process ids are reused:
+-- only one connected before the commit began) and wait up to timeout_ms for it to exit.
+SELECT pg_terminate_backend(pid, %(timeout_ms)s) FROM pg_stat_activity
+WHERE pid = %(pid)s AND backend_start < %(since)s
+
 -- name: find_commit_key
 SELECT commit_id, result FROM commit_key
 WHERE writer_id = %(writer_id)s AND batch_id = %(batch_id)s

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -17,12 +19,15 @@ from catalog import (
     Catalog,
     CommitOp,
     CommitRejected,
+    CommitResult,
     IdempotencyKey,
     RetryPolicy,
     StoreSettings,
+    committer,
 )
+from catalog.committer import Committer
 from jobs.localpg import LocalPostgres
-from tests.fixtures.commits import adds, file_names
+from tests.fixtures.commits import adds, file_names, landing_while_deciding
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.postgres import catalog_connection
 
@@ -42,23 +47,88 @@ def proxy(pg_server: LocalPostgres):
     fault_proxy.close()
 
 
+class DecidesUnderLocks(Committer):
+    """Skips the unlocked decision: takes the table locks first, as a stale one falls back to."""
+
+    def _publish(self, conn, request, metas, commit_id):
+        publication = committer._Publication(conn, request, metas, commit_id, locked=True)
+        return self._attempt(publication)
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["decided-unlocked", "decided-under-locks"])
 @pytest.mark.parametrize("delivered", [True, False], ids=["commit-landed", "commit-lost"])
-def test_connection_dies_during_commit(catalog_dsn, warehouse, proxy, delivered):
-    """COMMIT sent, connection cut before the answer: resolved by key, exactly one commit."""
+def test_connection_dies_during_commit(catalog_dsn, warehouse, proxy, delivered, locked):
+    """Commit sent, connection cut before the answer: resolved by key, exactly one commit."""
     cat = Catalog.connect(proxy.dsn(dbname(catalog_dsn)), warehouse=warehouse, retry=PATIENT)
+    if locked:
+        cat._committer = DecidesUnderLocks(cat.store, cat._committer._policy)
     table = cat.create_table("logs.events", SCHEMA)
     table.commit(CommitOp.APPEND, [adds("", "before")])
-    rule = proxy.cut_commit_after(b"INSERT INTO commit_key", deliver_commit=delivered)
+    rule = proxy.cut_at_commit(deliver_commit=delivered)
     key = IdempotencyKey(writer_id="job-1", batch_id=7)
 
     result = table.commit(CommitOp.APPEND, [adds("", "batch7")], key=key)
 
     assert rule.fired
-    assert result.version_of("logs.events") == 2
+    assert result.version_of("logs.events") == 2 and not result.replayed
     assert file_names(table.plan().files) == ["before", "batch7"]
     assert [v.version for v in table.history()] == [2, 1]
     assert cat.resolve_commit("job-1", 7).commit_id == result.commit_id
     cat.close()
+
+
+def test_a_cut_commit_still_waiting_for_its_lock_is_ended_before_the_retry(
+    catalog_dsn, warehouse, proxy, caplog
+):
+    """The publishing statement reached the server but waits behind another commit's lock when
+    the network fails, and the server does not notice. Left alone it would land whenever that
+    lock frees, possibly after the key was looked up; so the backend is ended first, and the
+    retry lands the batch once."""
+    cat = Catalog.connect(proxy.dsn(dbname(catalog_dsn)), warehouse=warehouse, retry=PATIENT)
+    table = cat.create_table("logs.events", SCHEMA)
+    table.commit(CommitOp.APPEND, [adds("", "before")])
+    holder = catalog_connection(catalog_dsn)
+    holder.execute(
+        "SELECT version FROM table_head WHERE table_id = %s FOR UPDATE", (table.meta.table_id,)
+    )
+    threading.Timer(2.0, holder.close).start()  # the other commit finishes (rolls back) later
+    rule = proxy.cut_at_commit(deliver_commit=True, silent=True)
+
+    with caplog.at_level(logging.WARNING, logger="lakestream"):
+        result = table.commit(
+            CommitOp.APPEND, [adds("", "batch")], key=IdempotencyKey(writer_id="w", batch_id=1)
+        )
+
+    assert rule.fired
+    ended = [r for r in caplog.records if r.getMessage().startswith("commit_backend_ended")]
+    assert len(ended) == 1 and "ended=True" in ended[0].getMessage()
+    assert result.version_of("logs.events") == 2
+    assert file_names(table.plan().files) == ["before", "batch"]
+    assert [v.version for v in table.history()] == [2, 1]
+    cat.close()
+
+
+def test_a_table_dropped_while_the_commit_decides_is_refused(catalog: Catalog):
+    table = catalog.create_table("logs.events", SCHEMA)
+    with (
+        landing_while_deciding(lambda: catalog.drop_table("logs.events")) as fired,
+        pytest.raises(CommitRejected, match="was dropped"),
+    ):
+        table.commit(CommitOp.APPEND, [adds("", "late")])
+    assert fired
+
+
+def test_a_key_committed_while_the_commit_decides_makes_it_a_replay(catalog: Catalog):
+    table = catalog.create_table("logs.events", SCHEMA)
+    key = IdempotencyKey(writer_id="job-1", batch_id=3)
+    first: list[CommitResult] = []
+    with landing_while_deciding(
+        lambda: first.append(table.commit(CommitOp.APPEND, [adds("", "first")], key=key))
+    ):
+        again = table.commit(CommitOp.APPEND, [adds("", "second")], key=key)
+    assert again.replayed and again.commit_id == first[0].commit_id
+    assert file_names(table.plan().files) == ["first"]
+    assert table.current_version() == 1
 
 
 def test_replayed_batch_returns_the_first_commit(catalog: Catalog, catalog_dsn: str):
@@ -146,6 +216,71 @@ def test_writer_killed_inside_the_publish_transaction_releases_the_table(catalog
     assert done.wait(10)
     holder.close()
     assert file_names(table.plan().files) == ["x"]
+
+
+WAITING_WRITER = textwrap.dedent("""
+    import sys
+    from catalog import Catalog, CommitOp, CommitRequest, TableCommit, IdempotencyKey
+    from tests.fixtures.commits import adds
+
+    Catalog.connect(sys.argv[1]).commit(CommitRequest(
+        tables=(TableCommit(table="logs.events", op=CommitOp.APPEND,
+                            partitions=(adds("", "zombie"),)),),
+        key=IdempotencyKey(writer_id="zombie", batch_id=1)))
+""")
+
+
+def test_a_writer_killed_while_its_commit_waits_for_a_lock_never_publishes(
+    catalog: Catalog, catalog_dsn
+):
+    """The publishing statement commits by itself once it has the locks. A writer killed while
+    it waits must not publish when the lock frees - a restarted writer may already have read
+    the catalog's offsets and started over from them - so its backend gives the statement up."""
+    table = catalog.create_table("logs.events", SCHEMA)
+    holder = catalog_connection(catalog_dsn)
+    holder.execute(
+        "SELECT version FROM table_head WHERE table_id = %s FOR UPDATE", (table.meta.table_id,)
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WAITING_WRITER, catalog_dsn], cwd=Path(__file__).parents[3]
+    )
+    with psycopg.connect(catalog_dsn, autocommit=True) as admin:
+        waiting = wait_for_backend(admin, "publish_commit", "Lock")
+        writer.kill()
+        writer.wait(timeout=10)
+        time.sleep(1.0)  # well within lock_timeout (5 s): a waiting statement would still wait
+        holder.close()  # the lock frees
+        wait_for_backend_gone(admin, waiting)
+
+    assert catalog.resolve_commit("zombie", 1) is None
+    assert table.current_version() == 0
+    table.commit(CommitOp.APPEND, [adds("", "next")])
+    assert file_names(table.plan().files) == ["next"]
+
+
+def wait_for_backend(admin: psycopg.Connection, query_part: str, wait_type: str) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        row = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND wait_event_type = %s",
+            (f"%{query_part}%", wait_type),
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        time.sleep(0.05)
+    raise AssertionError(f"no backend waiting ({wait_type}) on {query_part}")
+
+
+def wait_for_backend_gone(admin: psycopg.Connection, pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if (
+            admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            is None
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"backend {pid} still runs the dead writer's statement")
 
 
 def test_database_restart_loses_and_duplicates_nothing(pg_server, catalog_dsn, warehouse):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, CommitConflict, CommitOp, ConflictKind
-from tests.fixtures.commits import adds, file_names, rewrite
+from catalog import Catalog, CommitConflict, CommitOp, CommitResult, ConflictKind
+from tests.fixtures.commits import adds, file_names, landing_while_deciding, rewrite
 from tests.fixtures.postgres import catalog_connection
 
 pytestmark = pytest.mark.integration
@@ -63,30 +64,53 @@ def cdc_table(catalog: Catalog):
 
 
 PAIRS = [(m, t) for m in (A, C, U, M) for t in (A, C, U, M)]
+#: When their commit lands: before mine reads anything, or while mine decides without locks -
+#: after its reads, before its publish_commit - so that mine's decision goes stale and must be
+#: made again under the locks (catalog.committer). Reset ops (C, U) decide under the locks from
+#: the start: they have no such window.
+CASES = [(m, t, "landed-before") for m, t in PAIRS] + [
+    (m, t, "landed-while-deciding") for m, t in PAIRS if not m.resets_snapshot
+]
 
 
-@pytest.mark.parametrize(("mine", "theirs"), PAIRS, ids=[f"{m}-vs-{t}" for m, t in PAIRS])
-def test_pair(catalog: Catalog, catalog_dsn: str, cdc_table, mine, theirs):
+@pytest.mark.parametrize(
+    ("mine", "theirs", "when"), CASES, ids=[f"{m}-vs-{t}-{w}" for m, t, w in CASES]
+)
+def test_pair(catalog_dsn: str, cdc_table, mine, theirs, when):
     base = cdc_table.current_version()
-    their_result = cdc_table.commit(theirs, [part_for(theirs, "theirs")], base_version=base)
+    theirs_landed: list[CommitResult] = []
+
+    def land_theirs() -> None:
+        part = part_for(theirs, "theirs")
+        theirs_landed.append(cdc_table.commit(theirs, [part], base_version=base))
+
+    window: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if when == "landed-before":
+        land_theirs()
+    else:
+        window = landing_while_deciding(land_theirs)
     outcome, files = expected(mine, theirs)
 
+    with window:
+        if outcome == "fail":
+            with pytest.raises(CommitConflict) as err:
+                cdc_table.commit(mine, [part_for(mine, "mine")], base_version=base)
+        else:
+            result = cdc_table.commit(mine, [part_for(mine, "mine")], base_version=base)
+    assert len(theirs_landed) == 1
+
     if outcome == "fail":
-        with pytest.raises(CommitConflict) as err:
-            cdc_table.commit(mine, [part_for(mine, "mine")], base_version=base)
         assert err.value.kind is ConflictKind.CONCURRENT_WRITE
         assert err.value.winning_op == theirs.value
-        assert err.value.winning_commit == their_result.commit_id
+        assert err.value.winning_commit == theirs_landed[0].commit_id
         assert err.value.partition_desc == PD and err.value.expected_version == base
         assert cdc_table.current_version() == base + 1
+    elif outcome == "discard":
+        assert result.tables[0].discarded and result.tables[0].version is None
+        assert cdc_table.current_version() == base + 1
+        assert cleanup_paths(catalog_dsn) == ["mine_compacted.parquet"]
     else:
-        result = cdc_table.commit(mine, [part_for(mine, "mine")], base_version=base)
-        if outcome == "discard":
-            assert result.tables[0].discarded and result.tables[0].version is None
-            assert cdc_table.current_version() == base + 1
-            assert cleanup_paths(catalog_dsn) == ["mine_compacted.parquet"]
-        else:
-            assert result.version_of("shop.orders") == base + 2
+        assert result.version_of("shop.orders") == base + 2
     assert sorted(file_names(cdc_table.plan().files)) == sorted(files)
 
 

@@ -35,7 +35,7 @@ def test_connection_cut_at_the_compaction_commit(catalog_dsn, warehouse, proxy, 
             table.append(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}))
         before = rows_at(table)
         [task] = plan_tasks(table)
-        rule = proxy.cut_commit_after(b"INSERT INTO commit_key", deliver_commit=delivered)
+        rule = proxy.cut_at_commit(deliver_commit=delivered)
 
         outcome = compact(cat, task)
 

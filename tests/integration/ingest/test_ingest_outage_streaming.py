@@ -82,9 +82,7 @@ class Tripwire:
                 self.outage, _ = None, self.pending.pop(0)
             self.armed = True
             if self.pending[:1] == ["COMMIT"] and self.cut is None:
-                self.cut = self.proxy.cut_commit_after(
-                    b"INSERT INTO commit_key", deliver_commit=True
-                )
+                self.cut = self.proxy.cut_at_commit(deliver_commit=True)
                 threading.Thread(target=self._crash_at_the_cut, daemon=True).start()
 
     def _crash_at_the_cut(self) -> None:

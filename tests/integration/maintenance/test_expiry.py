@@ -4,12 +4,13 @@ ones fail naming the horizon, rows shrink, keys stay where a writer needs them."
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import uuid
 
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, CommitConflict, CommitOp, ConflictKind, IdempotencyKey
+from catalog import Catalog, CommitConflict, CommitOp, ConflictKind, IdempotencyKey, committer
 from catalog.errors import MaintenanceConfigError, VersionExpiredError, VersionNotFoundError
 from tests.fixtures.commits import adds, rewrite
 from tests.fixtures.compaction import compact_all, every_version, rows_at
@@ -136,6 +137,47 @@ def test_a_reordered_compaction_keeps_the_commits_it_names(catalog: Catalog):
     later = table.expire_versions(older_than=ZERO, retain_last=1)
     assert plan_files(table, 6) == plans[6]
     assert later.files_to_cleanup >= 2  # a and b: only expired versions held them
+
+
+def test_expiry_while_a_reordered_compaction_decides(catalog: Catalog, monkeypatch):
+    """Expiry restarts the chain a compaction is building on, after the compaction read the
+    partition's head: the compaction still lands whole and names only commit rows that exist
+    (its decision is made under the head lock, so expiry waits for it)."""
+    table = catalog.create_table("logs.events", SCHEMA)
+    table.commit(CommitOp.APPEND, [adds("", "a")])
+    table.commit(CommitOp.APPEND, [adds("", "b")])
+    base = table.current_version()
+    table.commit(CommitOp.APPEND, [adds("", "c")])
+    table.commit(CommitOp.APPEND, [adds("", "d")])
+    expiry: list[object] = []
+    done = threading.Event()
+
+    def expire() -> None:
+        try:
+            expiry.append(table.expire_versions(older_than=ZERO, retain_last=1))
+        except Exception as exc:
+            expiry.append(exc)
+        done.set()
+
+    read_snapshots = committer.load_snapshots
+
+    def expiry_strikes_first(*args, **kwargs):
+        if not expiry:
+            threading.Thread(target=expire).start()
+            done.wait(1.0)  # as long as expiry needs here, unless it waits for a lock
+        return read_snapshots(*args, **kwargs)
+
+    monkeypatch.setattr(committer, "load_snapshots", expiry_strikes_first)
+    result = table.commit(CommitOp.COMPACTION, [rewrite("", ["a", "b"], ["ab"])], base_version=base)
+    assert done.wait(30)
+
+    assert result.version_of("logs.events") == 5
+    assert not isinstance(expiry[0], Exception), expiry[0]
+    assert plan_files(table, 5) == [("", ("ab.parquet", "c.parquet", "d.parquet"), False)]
+    table.commit(CommitOp.APPEND, [adds("", "e")])
+    assert plan_files(table, 6) == [
+        ("", ("ab.parquet", "c.parquet", "d.parquet", "e.parquet"), False)
+    ]
 
 
 def test_a_writers_last_key_survives_and_a_replay_is_recognised(catalog: Catalog):
