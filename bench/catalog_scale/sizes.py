@@ -22,6 +22,8 @@ class Sizes:
     (about 5 ms a file here), so a million files would take over an hour to register."""
     writers: int
     commits_per_writer: int
+    """Long enough that the rate is the steady state: the first commits of a connection pay for
+    plan compilation and statement preparation, and 20 commits a writer measured mostly that."""
     single_commits: int
     plan_repeats: int
 
@@ -41,8 +43,8 @@ FULL = Sizes(
     batch_partitions=100,
     ducklake_partitions=200,
     writers=32,
-    commits_per_writer=20,
-    single_commits=200,
+    commits_per_writer=100,
+    single_commits=1_000,
     plan_repeats=3,
 )
 
