@@ -49,3 +49,17 @@ def test_quick_run_reports_every_row_with_no_lost_commit(tmp_path: Path) -> None
 
 def _cell(report: str, prefix: str) -> str:
     return next(line for line in report.splitlines() if line.startswith(prefix))
+
+
+def test_lock_hold_reports_the_publishing_function_of_every_commit() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.catalog_scale.lock_hold", "--commits", "50"],
+        cwd=_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "1 writer: 50 commits in " in proc.stdout
+    assert "publish_commit: 50 calls, mean " in proc.stdout  # each commit one call, timed
+    assert "one table's ceiling: ~" in proc.stdout
