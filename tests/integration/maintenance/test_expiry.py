@@ -117,15 +117,21 @@ def test_cdc_merge_on_read_and_reordered_compactions_survive(catalog: Catalog):
     assert rows_at(table) == expected
 
 
-def test_a_reordered_compaction_keeps_the_commits_it_names(catalog: Catalog):
-    """Compaction planned at v2 lands after two appends: its row names them. Expiring the
-    appends' versions must keep their commit rows, or the compaction's snapshot breaks."""
+def _compaction_base_behind_two_appends(catalog: Catalog):
+    """Files a, b (a compaction's base: version 2), then c and d appended after it."""
     table = catalog.create_table("logs.events", SCHEMA)
     table.commit(CommitOp.APPEND, [adds("", "a")])
     table.commit(CommitOp.APPEND, [adds("", "b")])
     base = table.current_version()
     table.commit(CommitOp.APPEND, [adds("", "c")])
     table.commit(CommitOp.APPEND, [adds("", "d")])
+    return table, base
+
+
+def test_a_reordered_compaction_keeps_the_commits_it_names(catalog: Catalog):
+    """Compaction planned at v2 lands after two appends: its row names them. Expiring the
+    appends' versions must keep their commit rows, or the compaction's snapshot breaks."""
+    table, base = _compaction_base_behind_two_appends(catalog)
     table.commit(CommitOp.COMPACTION, [rewrite("", ["a", "b"], ["ab"])], base_version=base)
     table.commit(CommitOp.APPEND, [adds("", "e")])
     plans = snapshot_everything(table)
@@ -143,12 +149,7 @@ def test_expiry_while_a_reordered_compaction_decides(catalog: Catalog, monkeypat
     """Expiry restarts the chain a compaction is building on, after the compaction read the
     partition's head: the compaction still lands whole and names only commit rows that exist
     (its decision is made under the head lock, so expiry waits for it)."""
-    table = catalog.create_table("logs.events", SCHEMA)
-    table.commit(CommitOp.APPEND, [adds("", "a")])
-    table.commit(CommitOp.APPEND, [adds("", "b")])
-    base = table.current_version()
-    table.commit(CommitOp.APPEND, [adds("", "c")])
-    table.commit(CommitOp.APPEND, [adds("", "d")])
+    table, base = _compaction_base_behind_two_appends(catalog)
     expiry: list[object] = []
     done = threading.Event()
 
@@ -204,12 +205,7 @@ def test_a_writers_last_key_survives_and_a_replay_is_recognised(catalog: Catalog
 
 
 def test_a_compaction_planned_below_the_horizon_is_told_to_replan(catalog: Catalog):
-    table = catalog.create_table("logs.events", SCHEMA)
-    table.commit(CommitOp.APPEND, [adds("", "a")])
-    table.commit(CommitOp.APPEND, [adds("", "b")])
-    base = table.current_version()
-    table.commit(CommitOp.APPEND, [adds("", "c")])
-    table.commit(CommitOp.APPEND, [adds("", "d")])
+    table, base = _compaction_base_behind_two_appends(catalog)
     table.expire_versions(older_than=ZERO, retain_last=1)
     with pytest.raises(CommitConflict) as caught:
         table.commit(CommitOp.COMPACTION, [rewrite("", ["a", "b"], ["ab"])], base_version=base)
