@@ -9,7 +9,8 @@ The phase test hands the job the real catalog with a trip wire: at the next phas
 in a batch after a commit landed, it stops the server (``pg_ctl stop -m immediate``) and starts
 it again a few seconds later - during planning, during the executors' writes, during the commit,
 and during the commit's COMMIT. For the last, the catalog talks through the fault proxy, which
-delivers COMMIT and cuts the connection before the answer; the server is stopped at that moment,
+delivers the commit and cuts the connection before the answer; the server is stopped as soon as
+the commit landed,
 so the committer cannot look the key up itself and the sink must resolve the unknown outcome by
 the batch's key once the database is back.
 """
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from catalog import (
@@ -48,6 +50,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 DEAD_LETTERS = "outage.dead_letters"
 PHASES = ["planning", "writes", "commit", "COMMIT"]
 DOWN_S = 3.0
+CUT_HOLD_S = 5.0
 #: the committer gives up fast, so that an outage reaches the sink's own guard
 IMPATIENT = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, deadline=1)
 
@@ -56,9 +59,15 @@ class Tripwire:
     """Stops the server at each phase in turn, in a batch after a commit landed."""
 
     def __init__(
-        self, server: CrashablePostgres, proxy: FaultProxy, guard: OutageGuard, phases: list[str]
+        self,
+        server: CrashablePostgres,
+        proxy: FaultProxy,
+        guard: OutageGuard,
+        phases: list[str],
+        dsn: str,
     ) -> None:
         self.server = server
+        self.dsn = dsn
         self.proxy = proxy
         self.guard = guard
         self.pending = list(phases)
@@ -82,17 +91,26 @@ class Tripwire:
                 self.outage, _ = None, self.pending.pop(0)
             self.armed = True
             if self.pending[:1] == ["COMMIT"] and self.cut is None:
-                self.cut = self.proxy.cut_at_commit(deliver_commit=True)
-                threading.Thread(target=self._crash_at_the_cut, daemon=True).start()
+                self.cut = self.proxy.cut_at_commit(deliver_commit=True, hold_s=CUT_HOLD_S)
+                keys = self._commit_keys()
+                threading.Thread(target=self._crash_at_the_cut, args=(keys,), daemon=True).start()
 
-    def _crash_at_the_cut(self) -> None:
-        """Stop the server right after the proxy delivered COMMIT, before the client learns of
-        the cut (the proxy holds the dead connection for 0.2 s)."""
+    def _crash_at_the_cut(self, keys_before: int) -> None:
+        """Stop the server once the commit the proxy delivered has landed, before the client
+        learns of the cut (the proxy holds the dead connection for CUT_HOLD_S)."""
         assert self.cut is not None
         while not self.cut.fired:
             time.sleep(0.005)
-        time.sleep(0.05)  # the server commits (synchronous_commit is on for these databases)
+        deadline = time.monotonic() + CUT_HOLD_S / 2
+        while self._commit_keys() == keys_before and time.monotonic() < deadline:
+            time.sleep(0.01)  # synchronous_commit is on for these databases: a flush, under load
         self.hit("COMMIT")
+
+    def _commit_keys(self) -> int:
+        """Commits landed so far, asked directly of the server (not through the proxy)."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM lakestream.commit_key").fetchone()
+        return int(row[0]) if row else 0
 
     def _guard_waiting(self) -> bool:
         return self.guard.stats().outage_s is not None
@@ -239,7 +257,7 @@ def test_an_outage_in_each_phase_of_a_batch_is_waited_out_exactly_once(
         settings=StoreSettings(pool_size=2, connect_timeout=2),
     )
     guard = OutageGuard("the catalog", OutagePolicy(budget=90, max_delay=1))
-    wire = catalog.tripwire = Tripwire(outage_pg, proxy, guard, PHASES)
+    wire = catalog.tripwire = Tripwire(outage_pg, proxy, guard, PHASES, dsn)
     with capture_events() as lines, streaming(config, spark, catalog, guard) as out:
         deadline = time.monotonic() + 240
         while not wire.over():  # keep producing through every phase's outage
