@@ -4,7 +4,9 @@ A commit happens in two transactions, after the data files are written:
 
 1. **prepare** - insert the commit's file ops into ``data_commit_info``. Nothing is visible to
    readers yet, but a writer that dies from here on leaves rows that name its files (rows whose
-   commit id never got a ``commit_key`` row), so maintenance can find them.
+   commit id never got a ``commit_key`` row), so maintenance can find them. (Decided without
+   locks, the prepare shares the first round trip of the publish and commits before the
+   publishing statement is sent.)
 2. **publish** - read each touched table's head, the idempotency key and every touched
    partition's head (one round trip, no locks), decide client-side what landed since the
    commit's base version and how the conflict matrix resolves it, then send the decision to the
@@ -23,7 +25,7 @@ them first (``SELECT ... FOR UPDATE``; under READ COMMITTED every later statemen
 snapshot, so what it reads is exactly the state it builds on) and publishes through the same
 function. Schema changes and reset ops (compaction, update) always take that locked path:
 snapshot expiry rewrites the chains they build on in place, which the function could not
-detect (see _decided_under_locks). The primary key
+detect (see Committer._decided_under_locks). The primary key
 ``(table_id, partition_desc, version)`` remains a backstop: a client that skipped both could not
 publish the same version twice.
 
@@ -194,9 +196,32 @@ class Committer:
     def _prepare_and_publish(
         self, request: CommitRequest, metas: Mapping[str, TableMeta], commit_id: uuid.UUID
     ) -> CommitResult:
-        with self._store.connection() as conn:  # one checkout (and pool check) for both
-            self._prepare(conn, request, metas, commit_id)
-            return self._publish(conn, request, metas, commit_id)
+        """Prepare, then publish: on one checkout (and pool check). Decided without locks, the
+        prepare travels with the reads (see _Publication.run); under them, it commits first."""
+        with self._store.connection() as conn:
+            if not self._decided_under_locks(request):
+                try:
+                    return self._attempt(
+                        _Publication(conn, request, metas, commit_id, locked=False)
+                    )
+                except _Stale:
+                    pass  # prepared: the rows committed with the reads
+            else:
+                self._prepare(conn, request, metas, commit_id)
+            return self._attempt(_Publication(conn, request, metas, commit_id, locked=True))
+
+    def _decided_under_locks(self, request: CommitRequest) -> bool:
+        """Whether a commit must decide under the head locks: ``publish_commit`` could not tell
+        that its decision went stale.
+
+        A schema change is serialised with other schema changes by the lock. A reset op
+        (compaction, update) builds its decision from the partition's snapshot - the files of its
+        base chain, and for a reorder the commit ids of what landed since - and snapshot expiry
+        rewrites those rows in place, under the head lock, without a new version: a decision read
+        before such a rewrite would name commit rows that are gone. Appends and merges name only
+        their own commit row, and the function takes their chain's start from the head it locks.
+        """
+        return any(tc.evolve_to is not None or tc.op.resets_snapshot for tc in request.tables)
 
     # -- prepare -----------------------------------------------------------------------------
 
@@ -208,17 +233,7 @@ class Committer:
         commit_id: uuid.UUID,
     ) -> None:
         with translate_errors(), pipelined_transaction(conn):  # one round trip
-            for tc in request.tables:
-                conn.execute(
-                    query("insert_data_commits"),
-                    {
-                        "table_id": metas[tc.table].table_id,
-                        "commit_id": commit_id,
-                        "commit_op": tc.op.value,
-                        "descs": [p.partition_desc for p in tc.partitions],
-                        "ops": "[" + ",".join(_ops_json(p) for p in tc.partitions) + "]",
-                    },
-                )
+            _send_prepare(conn, request, metas, commit_id)
 
     def _forget_prepared(
         self, request: CommitRequest, metas: Mapping[str, TableMeta], commit_id: uuid.UUID
@@ -237,23 +252,6 @@ class Committer:
 
     # -- publish -----------------------------------------------------------------------------
 
-    def _publish(
-        self,
-        conn: psycopg.Connection[DictRow],
-        request: CommitRequest,
-        metas: Mapping[str, TableMeta],
-        commit_id: uuid.UUID,
-    ) -> CommitResult:
-        """Decide without locks and publish in one statement; if the decision went stale by
-        then, decide again under the locks. Some decisions are made under them from the start
-        (see _decided_under_locks)."""
-        if not _decided_under_locks(request):
-            try:
-                return self._attempt(_Publication(conn, request, metas, commit_id, locked=False))
-            except _Stale:
-                pass
-        return self._attempt(_Publication(conn, request, metas, commit_id, locked=True))
-
     def _attempt(self, publication: _Publication) -> CommitResult:
         conn = publication.conn
         backend_pid = conn.info.backend_pid
@@ -263,8 +261,8 @@ class Committer:
                     with pipelined_transaction(conn):
                         outcome = publication.run()
                 else:
-                    with _stale_as(_Stale), conn.pipeline():  # autocommit: one statement commits
-                        outcome = publication.run()
+                    with _stale_as(_Stale), conn.pipeline() as pipeline:
+                        outcome = publication.run(pipeline)
                 return outcome()
         except CatalogUnavailableError as exc:
             if publication.sent and exc.kind is not UnavailableKind.LOCK_BUSY:
@@ -307,18 +305,25 @@ class Committer:
         return CatalogUnavailableError(f"catalog commit failed after retries: {error}")
 
 
-def _decided_under_locks(request: CommitRequest) -> bool:
-    """Whether a commit must decide under the head locks: ``publish_commit`` could not tell
-    that its decision went stale.
-
-    A schema change is serialised with other schema changes by the lock. A reset op
-    (compaction, update) builds its decision from the partition's snapshot - the files of its
-    base chain, and for a reorder the commit ids of what landed since - and snapshot expiry
-    rewrites those rows in place, under the head lock, without a new version: a decision read
-    before such a rewrite would name commit rows that are gone. Appends and merges name only
-    their own commit row, and the function takes their chain's start from the head it locks.
-    """
-    return any(tc.evolve_to is not None or tc.op.resets_snapshot for tc in request.tables)
+def _send_prepare(
+    conn: psycopg.Connection[DictRow],
+    request: CommitRequest,
+    metas: Mapping[str, TableMeta],
+    commit_id: uuid.UUID,
+) -> None:
+    """Queue the commit's rows in ``data_commit_info`` (idempotent: a retry with the same
+    commit id inserts nothing twice)."""
+    for tc in request.tables:
+        conn.execute(
+            query("insert_data_commits"),
+            {
+                "table_id": metas[tc.table].table_id,
+                "commit_id": commit_id,
+                "commit_op": tc.op.value,
+                "descs": [p.partition_desc for p in tc.partitions],
+                "ops": "[" + ",".join(_ops_json(p) for p in tc.partitions) + "]",
+            },
+        )
 
 
 class _Publication:
@@ -348,9 +353,20 @@ class _Publication:
         self.now: dt.datetime | None = None
         """The server's clock when the reads ran."""
 
-    def run(self) -> Callable[[], CommitResult]:
-        """Queue the work; the returned call gives the result once the connection synced."""
+    def run(self, autocommit: psycopg.Pipeline | None = None) -> Callable[[], CommitResult]:
+        """Queue the work; the returned call gives the result once the connection synced.
+
+        Unlocked (``autocommit``: the pipeline of a connection outside any transaction), the
+        commit's prepare rows are queued first and travel with the reads; the sync that brings
+        the reads' answers ends their implicit transaction, so the prepare commits before the
+        publishing statement is sent, which then commits by itself. A prepare without a round
+        trip of its own.
+        """
+        if autocommit is not None:
+            _send_prepare(self.conn, self.request, self.metas, self.commit_id)
         locks, key, heads = self._send_reads()
+        if autocommit is not None:
+            autocommit.sync()
         tables = self._tables(locks.fetchall())  # one round trip brings all three
         row = key.fetchone()
         if row is not None:

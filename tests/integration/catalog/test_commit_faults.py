@@ -23,7 +23,6 @@ from catalog import (
     IdempotencyKey,
     RetryPolicy,
     StoreSettings,
-    committer,
 )
 from catalog.committer import Committer
 from jobs.localpg import LocalPostgres
@@ -50,9 +49,8 @@ def proxy(pg_server: LocalPostgres):
 class DecidesUnderLocks(Committer):
     """Skips the unlocked decision: takes the table locks first, as a stale one falls back to."""
 
-    def _publish(self, conn, request, metas, commit_id):
-        publication = committer._Publication(conn, request, metas, commit_id, locked=True)
-        return self._attempt(publication)
+    def _decided_under_locks(self, request):
+        return True
 
 
 @pytest.mark.parametrize("locked", [False, True], ids=["decided-unlocked", "decided-under-locks"])
@@ -71,6 +69,8 @@ def test_connection_dies_during_commit(catalog_dsn, warehouse, proxy, delivered,
 
     assert rule.fired
     assert result.version_of("logs.events") == 2 and not result.replayed
+    # landed: the first attempt's outcome, found by its key; lost: the second attempt's
+    assert result.attempts == (1 if delivered else 2)
     assert file_names(table.plan().files) == ["before", "batch7"]
     assert [v.version for v in table.history()] == [2, 1]
     assert cat.resolve_commit("job-1", 7).commit_id == result.commit_id
@@ -158,17 +158,16 @@ def test_a_key_reused_for_another_table_is_refused(catalog: Catalog):
 
 
 CRASH_SCRIPT = textwrap.dedent("""
-    import os, signal, sys, uuid
+    import os, signal, sys
     from catalog import Catalog, CommitOp, CommitRequest, TableCommit, IdempotencyKey
-    from catalog.committer import Committer
+    from catalog.committer import _Publication
     from tests.fixtures.commits import adds
 
-    class DiesBeforePublishing(Committer):
-        def _publish(self, conn, request, metas, commit_id):
-            os.kill(os.getpid(), signal.SIGKILL)
+    def dies_before_publishing(self, plans):  # the prepare committed with the reads
+        os.kill(os.getpid(), signal.SIGKILL)
 
+    _Publication._decision = dies_before_publishing
     cat = Catalog.connect(sys.argv[1])
-    cat._committer = DiesBeforePublishing(cat.store, cat._committer._policy)
     cat.commit(CommitRequest(
         tables=(TableCommit(table="logs.events", op=CommitOp.APPEND,
                             partitions=(adds("", "orphan"),)),),

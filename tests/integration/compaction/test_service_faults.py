@@ -33,18 +33,17 @@ EVENTS = pa.schema([("id", pa.int64()), ("region", pa.string())])
 DOOMED_WORKER = textwrap.dedent("""
     import datetime as dt, os, signal, sys
     from catalog import Catalog
-    from catalog.committer import Committer
+    from catalog.committer import _Publication
     from compaction.queue import QueueSettings, TaskQueue
     from compaction.worker import Worker, WorkerSettings
 
-    class DiesBeforePublishing(Committer):
-        # the outputs are written and their commit rows prepared; the process dies before the
-        # publish transaction, as a kill -9 or a lost host would leave it
-        def _publish(self, conn, request, metas, commit_id):
-            os.kill(os.getpid(), signal.SIGKILL)
+    def dies_before_publishing(self, plans):
+        # the outputs are written and their commit rows prepared; the process dies before it
+        # publishes, as a kill -9 or a lost host would leave it
+        os.kill(os.getpid(), signal.SIGKILL)
 
+    _Publication._decision = dies_before_publishing
     cat = Catalog.connect(sys.argv[1], warehouse=sys.argv[2])
-    cat._committer = DiesBeforePublishing(cat.store, cat._committer._policy)
     queue = TaskQueue(cat.store, QueueSettings(lease=dt.timedelta(seconds=1)))
     Worker(cat, queue, worker_id="doomed", settings=WorkerSettings(drain=True)).run()
 """)
