@@ -129,9 +129,13 @@ def parse_ops(blobs: Sequence[bytes]) -> pa.Table:
     data = b"".join(blobs)
     if not data:
         return OPS_SCHEMA.empty_table()
-    table = pacsv.read_csv(
+    # open_csv, not read_csv: read_csv makes SIGINT/SIGTERM cancel the parse when the process
+    # has handlers for them, so a service asked to stop would fail a plan with ArrowCancelled
+    # instead of finishing it and stopping cleanly
+    reader = pacsv.open_csv(
         pa.py_buffer(data), read_options=_READ, parse_options=_PARSE, convert_options=_CONVERT
     )
+    table = reader.read_all()
     paths = table.column("path")
     if not pc.any(pc.starts_with(paths, '"')).as_py():
         return table

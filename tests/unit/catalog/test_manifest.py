@@ -7,6 +7,10 @@ gives (the reference below, which is how snapshots were folded before plans went
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 
 import numpy as np
 from hypothesis import given
@@ -132,3 +136,19 @@ OPS = st.lists(st.tuples(st.sampled_from([ADD, DEL]), NAMES, st.integers(1, 3)),
 def test_fold_equals_replaying_each_snapshot_into_a_dict(groups):
     ops = [[(a, data_file(f"{name}.parquet", size)) for a, name, size in g] for g in groups]
     assert fold(ops) == [reference(g) for g in ops]
+
+
+def test_a_stop_signal_during_a_parse_reaches_the_handler_and_cancels_nothing():
+    """A service's SIGTERM handler must hear the signal, and the plan in progress must finish:
+    pyarrow's read_csv would cancel the parse (ArrowCancelled) when a handler is installed."""
+    blob = line(ADD, data_file("data/f.parquet")) * 200_000
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            assert parse_ops([blob]).num_rows == 200_000
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert received == [signal.SIGTERM]
