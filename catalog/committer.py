@@ -134,7 +134,7 @@ class _PartitionPlan:
 
 
 class _Reads(NamedTuple):
-    """What a publication reads under the lock, queued to arrive in one round trip."""
+    """What a publication reads (under the locks or not), queued to arrive in one round trip."""
 
     locks: psycopg.Cursor[DictRow]
     key: psycopg.Cursor[DictRow]
@@ -142,7 +142,7 @@ class _Reads(NamedTuple):
 
 
 @dataclass(frozen=True)
-class _LockedTable:
+class _TableHead:
     table_id: uuid.UUID
     version: int
     committed_at: dt.datetime
@@ -449,9 +449,9 @@ class _Publication:
         }
         return _Reads(locks, key, heads)
 
-    def _tables(self, rows: Sequence[DictRow]) -> dict[str, _LockedTable]:
+    def _tables(self, rows: Sequence[DictRow]) -> dict[str, _TableHead]:
         found = {
-            r["table_id"]: _LockedTable(
+            r["table_id"]: _TableHead(
                 r["table_id"], r["version"], r["committed_at"], r["dropped_at"] is not None
             )
             for r in rows
@@ -466,7 +466,7 @@ class _Publication:
         return tables
 
     def _plan(
-        self, tc: TableCommit, table: _LockedTable, heads: Mapping[str, PartitionHead | None]
+        self, tc: TableCommit, table: _TableHead, heads: Mapping[str, PartitionHead | None]
     ) -> list[_PartitionPlan]:
         meta = self.metas[tc.table]
         if tc.base_version is not None and tc.base_version > table.version:
@@ -491,7 +491,7 @@ class _Publication:
         return plans
 
     def _landed(
-        self, tc: TableCommit, table: _LockedTable, heads: Mapping[str, PartitionHead | None]
+        self, tc: TableCommit, table: _TableHead, heads: Mapping[str, PartitionHead | None]
     ) -> dict[str, list[conflicts.Landed]]:
         base = tc.base_version
         if base is None or not any(h and h.table_version > base for h in heads.values()):

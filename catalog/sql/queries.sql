@@ -92,69 +92,20 @@ FROM unnest(%(descs)s::text[]) WITH ORDINALITY AS d(pd, n)
 JOIN jsonb_array_elements(%(ops)s::jsonb) WITH ORDINALITY AS o(ops, n) USING (n)
 ON CONFLICT DO NOTHING
 
--- name: set_file_ops
--- A landing compaction / update: its row now names the partition's whole file set (kept files,
--- then its own ops), because its version starts a new snapshot chain.
-UPDATE data_commit_info SET file_ops = %(file_ops)s::jsonb
-WHERE table_id = %(table_id)s AND partition_desc = %(partition_desc)s
-  AND commit_id = %(commit_id)s
-
 -- name: forget_prepared
 DELETE FROM data_commit_info d
 WHERE d.table_id = ANY(%(table_ids)s) AND d.commit_id = %(commit_id)s
   AND NOT EXISTS (SELECT 1 FROM commit_key k WHERE k.commit_id = d.commit_id)
 
--- name: forget_partitions
-DELETE FROM data_commit_info
-WHERE table_id = %(table_id)s AND commit_id = %(commit_id)s AND partition_desc = ANY(%(descs)s)
-
--- name: insert_partition_version
-INSERT INTO partition_info (table_id, partition_desc, version, table_version, commit_op,
-                            snapshot_start, commit_ids, committed_at)
-VALUES (%(table_id)s, %(partition_desc)s, %(version)s, %(table_version)s, %(commit_op)s,
-        %(snapshot_start)s, %(commit_ids)s, %(committed_at)s)
-
--- name: insert_table_partitions
-INSERT INTO table_partition (table_id, partition_desc, first_version)
-SELECT %(table_id)s, pd, %(table_version)s FROM unnest(%(descs)s::text[]) AS pd
-ON CONFLICT DO NOTHING
-
--- name: advance_head
-UPDATE table_head SET version = version + 1, committed_at = %(committed_at)s
-WHERE table_id = %(table_id)s
-RETURNING version
-
--- name: insert_table_version
-INSERT INTO table_version (table_id, version, commit_id, commit_op, committed_at,
-                           writer_id, batch_id, summary)
-VALUES (%(table_id)s, %(version)s, %(commit_id)s, %(commit_op)s, %(committed_at)s,
-        %(writer_id)s, %(batch_id)s, %(summary)s)
-
 -- name: insert_commit_key
 INSERT INTO commit_key (writer_id, batch_id, commit_id, committed_at, result)
 VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(committed_at)s, %(result)s)
-
--- name: upsert_writer_progress
-INSERT INTO writer_progress (writer_id, batch_id, commit_id, source_offsets, updated_at,
-                             table_ids, source_watermark, job_state)
-VALUES (%(writer_id)s, %(batch_id)s, %(commit_id)s, %(source_offsets)s, %(committed_at)s,
-        %(table_ids)s, %(source_watermark)s, %(job_state)s)
-ON CONFLICT (writer_id) DO UPDATE
-SET batch_id = excluded.batch_id, commit_id = excluded.commit_id,
-    source_offsets = excluded.source_offsets, updated_at = excluded.updated_at,
-    table_ids = excluded.table_ids, source_watermark = excluded.source_watermark,
-    job_state = excluded.job_state
 
 -- name: writer_progress
 SELECT writer_id, batch_id, commit_id, source_offsets, updated_at, table_ids, source_watermark,
        job_state
 FROM writer_progress
 WHERE writer_id = %(writer_id)s
-
--- name: insert_cleanup_files
-INSERT INTO cleanup_file (table_id, path, reason, commit_id)
-SELECT %(table_id)s, path, %(reason)s, %(commit_id)s FROM unnest(%(paths)s::text[]) AS path
-ON CONFLICT DO NOTHING
 
 -- name: table_by_name
 SELECT table_id, namespace, name, location, current_schema_id, partition_columns, hash_buckets,
@@ -249,12 +200,6 @@ ORDER BY d.created_at
 -- name: cleanup_files
 SELECT table_id, path, reason, commit_id, recorded_at FROM cleanup_file
 WHERE recorded_at < %(before)s ORDER BY recorded_at
-
--- name: notify_commit
--- Wakes whoever LISTENs on the channel (the compactor's coordinators) with the id of each table
--- that got a new version. Sent inside the publish transaction, so PostgreSQL delivers it exactly
--- when the commit becomes visible, and never for one that rolled back.
-SELECT pg_notify(%(channel)s, t::text) FROM unnest(%(table_ids)s::uuid[]) AS t
 
 -- name: live_table_heads
 -- Every live table with its latest version in one query: how a poller (the compactor's

@@ -139,7 +139,8 @@ BEGIN
             table_ids = excluded.table_ids, source_watermark = excluded.source_watermark,
             job_state = excluded.job_state;
     END IF;
-    -- delivered exactly when the commit becomes visible (see the notify_commit query)
+    -- sent inside the commit: PostgreSQL delivers it exactly when the commit becomes visible,
+    -- and never for one that rolled back
     PERFORM pg_notify(p->>'channel', t::text) FROM unnest(v_landed) AS t;
     RETURN v_result;
 END

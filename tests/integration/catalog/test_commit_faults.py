@@ -29,6 +29,7 @@ from jobs.localpg import LocalPostgres
 from tests.fixtures.commits import adds, file_names, landing_while_deciding
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.postgres import catalog_connection
+from tests.fixtures.waits import wait_for
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -244,12 +245,22 @@ def test_a_writer_killed_while_its_commit_waits_for_a_lock_never_publishes(
         [sys.executable, "-c", WAITING_WRITER, catalog_dsn], cwd=Path(__file__).parents[3]
     )
     with psycopg.connect(catalog_dsn, autocommit=True) as admin:
-        waiting = wait_for_backend(admin, "publish_commit", "Lock")
+        waiting = wait_for(
+            lambda: backend_waiting(admin, "publish_commit", "Lock"),
+            "the writer's commit waiting for the lock",
+            timeout=60,
+            every=0.05,
+        )
         writer.kill()
         writer.wait(timeout=10)
         time.sleep(1.0)  # well within lock_timeout (5 s): a waiting statement would still wait
         holder.close()  # the lock frees
-        wait_for_backend_gone(admin, waiting)
+        wait_for(
+            lambda: backend_gone(admin, waiting),
+            "the dead writer's statement to end",
+            timeout=10,
+            every=0.05,
+        )
 
     assert catalog.resolve_commit("zombie", 1) is None
     assert table.current_version() == 0
@@ -257,29 +268,16 @@ def test_a_writer_killed_while_its_commit_waits_for_a_lock_never_publishes(
     assert file_names(table.plan().files) == ["next"]
 
 
-def wait_for_backend(admin: psycopg.Connection, query_part: str, wait_type: str) -> int:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        row = admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND wait_event_type = %s",
-            (f"%{query_part}%", wait_type),
-        ).fetchone()
-        if row is not None:
-            return int(row[0])
-        time.sleep(0.05)
-    raise AssertionError(f"no backend waiting ({wait_type}) on {query_part}")
+def backend_waiting(admin: psycopg.Connection, query_part: str, wait_type: str) -> int | None:
+    row = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND wait_event_type = %s",
+        (f"%{query_part}%", wait_type),
+    ).fetchone()
+    return None if row is None else int(row[0])
 
 
-def wait_for_backend_gone(admin: psycopg.Connection, pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if (
-            admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-            is None
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"backend {pid} still runs the dead writer's statement")
+def backend_gone(admin: psycopg.Connection, pid: int) -> bool:
+    return admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
 
 
 def test_database_restart_loses_and_duplicates_nothing(pg_server, catalog_dsn, warehouse):
