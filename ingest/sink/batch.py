@@ -245,6 +245,8 @@ class BatchSink:
         plan = self._plan(batch_id)
         rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
         reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
+        if self._txn is not None:
+            reports.append(self._txn.marker_report)
         too_many = self.settings.config.dead_letter_guard.check(topic_figures(reports))
         if too_many is not None:
             raise too_many

@@ -51,16 +51,21 @@ from ingest.errors import IngestError
 from ingest.kafka.brokerview import consumer_config
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
-from ingest.kafka.reader import read_messages
+from ingest.kafka.reader import message_millis, read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
-from ingest.sink.report import TaskReport, WrittenFile
+from ingest.sink.report import TaskReport, TopicFigures, WrittenFile
 from ingest.transactions.book import (
     Decision,
     PartitionTail,
     TransactionBook,
     TxnEvents,
 )
-from ingest.transactions.markers import BadTransactionMetadata, decode_ends, is_transaction_topic
+from ingest.transactions.markers import (
+    BadTransactionMetadata,
+    TransactionMarker,
+    decode_ends,
+    is_transaction_topic,
+)
 from ingest.transactions.policy import OnTimeout
 
 log = get_logger("lakestream.ingest")
@@ -167,6 +172,8 @@ class BatchTransactions:
     loaded: TransactionBook = field(default_factory=TransactionBook)
     """The book of the job's last commit, before this batch."""
     markers: int = 0
+    marker_report: TaskReport = field(default_factory=TaskReport)
+    """The transaction topic's records this driver read (the tasks skip them)."""
     cut: int | None = field(default=None)
     """How many candidates the tasks may write directly (None: all)."""
 
@@ -222,19 +229,49 @@ def start_batch(
     now = time.time()
     with ThreadPoolExecutor(max_workers=1) as pool:
         tails_read = pool.submit(partition_tails, ranges, partitions, kafka)
-        markers = [
-            m
-            for rng in ranges
-            if is_transaction_topic(rng.topic)
-            for messages in read_messages(rng, kafka)
-            for m in decode_ends(x.value() for x in messages)
-        ]
+        markers, report = read_markers(ranges, kafka)
+        loaded, book = book, book.add_markers(markers, now)
         tails = tails_read.result()
-    loaded, book = book, book.add_markers(markers, now)
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     return BatchTransactions(
-        book, policy, now, candidates, settled, loaded=loaded, markers=len(markers)
+        book,
+        policy,
+        now,
+        candidates,
+        settled,
+        loaded=loaded,
+        markers=len(markers),
+        marker_report=report,
+    )
+
+
+def read_markers(
+    ranges: Sequence[OffsetRange], kafka: SourceOptions
+) -> tuple[list[TransactionMarker], TaskReport]:
+    """The END markers of the batch's ranges of transaction topics, and the figures of the
+    records read, as a task would report them (records, ignored, tombstones, newest time)."""
+    markers: list[TransactionMarker] = []
+    records: dict[str, int] = {}
+    tombstones, stamps = 0, []
+    for rng in ranges:
+        if not is_transaction_topic(rng.topic):
+            continue
+        for messages in read_messages(rng, kafka):
+            values = [m.value() for m in messages]
+            markers.extend(decode_ends(values))
+            records[rng.topic] = records.get(rng.topic, 0) + len(values)
+            tombstones += sum(1 for v in values if not v)
+            stamp = message_millis(messages[-1])
+            if stamp is not None:
+                stamps.append(stamp)
+    total = sum(records.values())
+    return markers, TaskReport(
+        records=total,
+        topics={topic: TopicFigures(records=n) for topic, n in records.items()},
+        ignored=total - tombstones,
+        tombstones=tombstones,
+        max_timestamp_ms=max(stamps, default=None),
     )
 
 

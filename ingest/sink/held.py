@@ -21,6 +21,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+import msgspec
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,6 +50,20 @@ _BLOCK = re.compile(
 _ANY_BLOCK = re.compile(rb'"transaction"\s*:\s*(\{[^{}]*\})')
 
 
+class _Block(msgspec.Struct):
+    id: str
+    total_order: int
+
+
+class _Envelope(msgspec.Struct):
+    """The one field :func:`event_ref` wants of an envelope; msgspec skips the rest unbuilt."""
+
+    transaction: _Block | msgspec.UnsetType | None = msgspec.UNSET
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
 #: The table property the compactor obeys (``compaction.policy.ENABLED``; ingest may not import
 #: the compaction package). The held table carries it set to false.
 COMPACTION_ENABLED = "compaction.enabled"
@@ -73,8 +88,10 @@ def held_table_name(job: str) -> str:
 def event_ref(value: bytes | None) -> tuple[str, int] | None:
     """The (transaction id, total_order) of a change event, None when it carries no block.
 
-    The last ``"transaction":`` key of the value is the envelope's: row images come before it
-    in Debezium's field order, and a key inside a string value would be escaped.
+    The common event (a schemaless envelope whose block is as Debezium writes it) is read by a
+    msgspec decoder that looks at the top-level ``transaction`` field only: half the time of a
+    regex over the raw bytes, on every record a task reads. Anything else (an embedded schema,
+    a string rank, JSON msgspec refuses) is found by :func:`_scanned_ref`.
 
     Raises:
         BadTransactionMetadata: the block is there but names no transaction and rank (the
@@ -82,6 +99,21 @@ def event_ref(value: bytes | None) -> tuple[str, int] | None:
     """
     if value is None:
         return None
+    try:
+        block = _ENVELOPE.decode(value).transaction
+    except msgspec.DecodeError:  # ValidationError included
+        return _scanned_ref(value)
+    if block is None:
+        return None
+    if block is msgspec.UNSET or not block.id:
+        return _scanned_ref(value)
+    return normalise_id(block.id), _rank(block.total_order)
+
+
+def _scanned_ref(value: bytes) -> tuple[str, int] | None:
+    """The block found in the raw bytes: the last ``"transaction":`` key of the value is the
+    envelope's (row images come before it in Debezium's field order, and a key inside a string
+    value would be escaped)."""
     at = value.rfind(b'"transaction"')
     if at < 0:
         return None

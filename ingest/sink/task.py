@@ -51,7 +51,7 @@ from ingest.sink.report import (
     TxnRanks,
     WrittenFile,
 )
-from ingest.transactions import BadTransactionMetadata
+from ingest.transactions import BadTransactionMetadata, is_transaction_topic
 from ingest.transactions.ranges import mask_of
 
 REPORT_SCHEMA = "report string"
@@ -70,7 +70,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     configure_worker_logging(plan.log_level)
     log = get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
     ranges = [rng for batch in batches for rng in ranges_of(batch)]
-    chunks = list(read_chunks(ranges, plan.kafka))
+    chunks = list(read_chunks(_ranges_to_read(ranges, plan), plan.kafka))
     # the newest record of each chunk (offset order) stands for the chunk in the lag figure
     known = [t for t in (c.timestamps_ms[-1] for c in chunks) if t is not None]
     report = TaskReport(
@@ -89,6 +89,15 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     )
     log.debug("task_written", records=report.records, files=len(report.files))
     yield pa.RecordBatch.from_pydict({"report": [report.model_dump_json()]})
+
+
+def _ranges_to_read(ranges: list[OffsetRange], plan: SinkPlan) -> list[OffsetRange]:
+    """In ``transactions: consistent`` the driver has read the transaction topic's ranges (its
+    markers) and reports their records itself: the task skips them, and still reports their
+    ends as its offsets."""
+    if plan.holding is None:
+        return ranges
+    return [rng for rng in ranges if not is_transaction_topic(rng.topic)]
 
 
 def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -> TaskReport:

@@ -439,13 +439,16 @@ class TransactionBook:
         anywhere = min(reach.values(), default=math.inf)
         unknown = reach.get(None, math.inf)
         wanted = None if self.collections is None else frozenset(self.collections)
+        # how far the transactions touching a set of collections may go (-1: none of them);
+        # computed once per distinct set: a batch has tens of thousands of transactions
+        limits: dict[tuple[str, ...], float] = {}
         out: list[str] = []
         for i, state in enumerate(self.ended):
             touched = state.touched
-            if any(c not in reach and (wanted is None or c in wanted) for c in touched):
-                break
-            upto = min((reach.get(c, math.inf) for c in touched), default=anywhere)
-            if i >= min(upto, unknown):
+            limit = limits.get(touched)
+            if limit is None:
+                limit = limits[touched] = _limit(touched, reach, anywhere, unknown, wanted)
+            if i >= limit:
                 break
             out.append(state.id)
         return tuple(out)
@@ -505,6 +508,21 @@ class TransactionBook:
 
 
 _ADAPTER: TypeAdapter[TransactionBook] = TypeAdapter(TransactionBook)
+
+
+def _limit(
+    touched: tuple[str, ...],
+    reach: Mapping[str | None, float],
+    anywhere: float,
+    unknown: float,
+    wanted: frozenset[str] | None,
+) -> float:
+    """The first index in commit order a transaction touching ``touched`` cannot have passed:
+    -1 when one of its collections has no partition (it can never complete)."""
+    if any(c not in reach and (wanted is None or c in wanted) for c in touched):
+        return -1
+    upto = min((reach.get(c, math.inf) for c in touched), default=anywhere)
+    return min(upto, unknown)
 
 
 def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) -> float:

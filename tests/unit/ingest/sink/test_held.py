@@ -70,6 +70,27 @@ def test_a_column_named_transaction_is_not_a_block() -> None:
     assert event_ref(b'{"after":{"transaction":"x"},"op":"c"}') is None
 
 
+def test_the_envelope_block_wins_over_a_column_written_after_it() -> None:
+    value = (
+        b'{"transaction":{"id":"7:70","total_order":1},'
+        b'"after":{"transaction":{"id":"9","total_order":2}},"op":"c"}'
+    )
+    assert event_ref(value) == ("7", 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "ref"),
+    [
+        (b'{"op":"c","transaction":{"id":"12:5","total_order":"4"}}', ("12", 4)),
+        (b'{"op":"c","transaction":{"id":"1:2:3","total_order":1}}', ("1:2:3", 1)),
+        (b'{"op":"c","transaction":null} trailing', None),
+        (b'{"op":"c","transaction":{"id":"5","total_order":2}} trailing', ("5", 2)),
+    ],
+)
+def test_odd_but_readable_blocks_read_as_before(value: bytes, ref: object) -> None:
+    assert event_ref(value) == ref
+
+
 def test_held_table_name_is_safe_and_distinct_for_unsafe_job_names() -> None:
     assert held_table_name("orders") == "lakestream_jobs.orders_held"
     dashed, underscored = held_table_name("clicks-job"), held_table_name("clicks_job")

@@ -134,6 +134,26 @@ def test_bad_markers_raise_an_ingest_error_saying_why(value: bytes) -> None:
 
     assert isinstance(caught.value, IngestError)
     assert caught.value.reason
+    with pytest.raises(BadTransactionMetadata):
+        decode_ends([value])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        END,
+        END_SCHEMA,
+        END.replace(b"733:26386680", b"00000025:00000d08:0025"),
+        END.replace(b"733:26386680", b"733:x"),
+        b'{"status":"END","id":"9:10","event_count":2,"data_collections":null}',
+        b'{"status":"END","id":"9:10","event_count":2,"data_collections":[]}',
+        b'{"id":"9:10","event_count":2,"status":"END","extra":{"a":[1]}}',
+        b'{"status":"END","id":"9:10","event_count":"2","ts_ms":"5"}',
+        b'{"status": "END", "id": "9:99999999999999999999", "event_count": 0}',
+    ],
+)
+def test_the_driver_reads_every_end_as_the_whole_decode_does(value: bytes) -> None:
+    assert decode_ends([value]) == [decode_marker(None, value)]
 
 
 @pytest.mark.parametrize(
