@@ -32,6 +32,7 @@ from catalog import (
     CommitRequest,
     CommitResult,
     CommitStateUnknown,
+    DataFile,
     FileAction,
     FileOp,
     IdempotencyKey,
@@ -320,17 +321,23 @@ class BatchSink:
         self._release_ms = self._released = 0
         held_name = str(plan.holding.held.name)
         new_files = [f for r in reports for f in r.files if f.table == held_name]
-        if not new_files and not (txn.loaded.ended or txn.loaded.open):
+        held_before = plan.holding.dissolve or txn.loaded.ended or txn.loaded.open
+        if not new_files and not held_before:
             return reports  # nothing was held before, nothing is held now: nothing to read
         held = Table(self.catalog, plan.holding.held)
+        dissolved = _dissolved(plan.holding, reports)
+        # dissolved: events of what the tasks were told to publish are written; the rest is in
+        # the tasks' new held files, read back only for what the decision publishes beyond it
+        publish = [t for t in decision.publish if not dissolved or t not in plan.holding.publish]
         release = self.guard.call(
             "release_held",
             lambda: release_held(
                 held,
                 self._bases[held_name],
                 new_files,
-                decision.publish,
+                publish,
                 lambda rows: self._stage_held(plan.holding, rows),
+                dissolved=dissolved,
             ),
         )
         self._held_commit = release.commit
@@ -372,6 +379,7 @@ class BatchSink:
             published=len(decision.publish),
             exceptions=list(decision.exceptions),
             held_by_tasks=sum(r.held for r in reports),
+            dissolved=sum(r.dissolved for r in reports),
             released=self._released,
             start_ms=self._txn_ms,
             collect_ms=self._collect_ms,
@@ -394,6 +402,19 @@ class BatchSink:
                 ids=list(warning.ids),
                 on_timeout=str(self._policy.on_timeout),
             )
+
+    def _holding(self, held: TableMeta) -> Holding:
+        """How the tasks split the batch; the held files of earlier batches go to the task of
+        the batch's first range, which publishes or holds again their events."""
+        txn = self._txn
+        assert txn is not None
+        base = self._bases[str(held.name)]
+        files = () if txn.owner is None else self._held_files(held, base)
+        return Holding(held=held, publish=txn.publish, dissolve=files, owner=txn.owner)
+
+    def _held_files(self, held: TableMeta, version: int) -> tuple[DataFile, ...]:
+        plan = self.guard.call("plan_held", lambda: Table(self.catalog, held).plan(version=version))
+        return tuple(f for p in plan.partitions for f in p.files)
 
     @staticmethod
     def _stage_held(holding: Holding | None, rows: Any) -> TableCommit:
@@ -434,7 +455,7 @@ class BatchSink:
             self._bases[str(held.name)] = self.guard.call(
                 "current_version", Table(self.catalog, held).current_version
             )
-            holding = Holding(held=held, publish=self._txn.publish)
+            holding = self._holding(held)
         return SinkPlan(
             source_format=self.settings.config.source_format,
             decoder=self._decoders.for_tables(metas),
@@ -666,6 +687,22 @@ class BatchSink:
         bound.info("batch_committed", **figures)
         if self.observer is not None:
             self.observer(figures)
+
+
+def _dissolved(holding: Holding, reports: Sequence[TaskReport]) -> bool:
+    """Whether a task dissolved the held files (:attr:`Holding.dissolve`): read every event
+    of them back. None read means no task owned them (the driver reads them itself).
+
+    Raises:
+        IngestError: some but not all of their events were read: nothing is committed.
+    """
+    expected = sum(f.row_count for f in holding.dissolve)
+    read = sum(r.dissolved for r in reports)
+    if read not in (0, expected):
+        raise IngestError(
+            f"a task read back {read} of the {expected} held events; the batch is not committed"
+        )
+    return bool(holding.dissolve) and read == expected
 
 
 def _lag_ms(reports: Sequence[TaskReport]) -> int | None:

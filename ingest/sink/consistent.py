@@ -6,17 +6,23 @@ Per batch (see :class:`ingest.sink.batch.BatchSink`), before the tasks run:
 1. the book is read from the job's last commit (``job_state["transactions"]``), so a restart
    resumes from the catalog alone;
 2. the batch's range of the transaction topic (one partition, two small records per source
-   transaction) is read here and its markers are added to the book;
+   transaction) is read here and its markers are added to the book (the tasks skip that range;
+   the driver reports its records);
 3. the last record of each data partition's range is peeked, and the book names the
    transactions that can have no event beyond the batch (``frontier_candidates``): the tasks
    write those straight into the target tables, hold every other tagged event.
 
+The held files of earlier batches are dissolved by the task of the batch's first range
+(:attr:`ingest.sink.plan.Holding.dissolve`): it writes their events of candidates with its own
+records and holds the others again in its held file.
+
 After the tasks, :meth:`BatchTransactions.decide` takes in what they saw. A candidate that the
 decision does not publish (an event straggled in late) makes the sink write the batch again with
 the candidates cut before it: target rows of an unpublished transaction are never committed.
-Held transactions the decision publishes are read back from the held table (and from the held
-files this batch's tasks wrote), decoded and written here with the tasks' own code, and their
-held files are replaced by one file of what is still held - all in the batch's one commit.
+Held transactions the decision publishes beyond the candidates are read back from the held files
+(the tasks' new ones; the committed ones too when no task dissolved them), decoded and written
+here with the tasks' own code, and what is still held stays in one file - all in the batch's
+one commit, which also removes the committed held files.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from catalog import (
     CommitOp,
+    DataFile,
     FileAction,
     FileOp,
     PartitionCommit,
@@ -174,6 +181,8 @@ class BatchTransactions:
     markers: int = 0
     marker_report: TaskReport = field(default_factory=TaskReport)
     """The transaction topic's records this driver read (the tasks skip them)."""
+    owner: tuple[str, int, int] | None = None
+    """The batch's first range (topic, partition, start): its task dissolves the held files."""
     cut: int | None = field(default=None)
     """How many candidates the tasks may write directly (None: all)."""
 
@@ -243,7 +252,16 @@ def start_batch(
         loaded=loaded,
         markers=len(markers),
         marker_report=report,
+        owner=min(
+            ((r.topic, r.partition, r.start) for r in ranges if r.end > r.start), default=None
+        ),
     )
+
+
+def first_range(ranges: Sequence[OffsetRange]) -> tuple[str, int, int] | None:
+    """(topic, partition, start) of the batch's first non-empty range, in a fixed order."""
+    starts = [(r.topic, r.partition, r.start) for r in ranges if r.end > r.start]
+    return min(starts, default=None)
 
 
 def read_markers(
@@ -376,38 +394,59 @@ def release_held(
     new_files: Sequence[WrittenFile],
     publish: Iterable[str],
     write_remainder: Any,
+    *,
+    dissolved: bool = False,
 ) -> HeldRelease:
     """Split the held events (committed at ``base_version`` plus this batch's ``new_files``)
     into those ``publish`` names and the rest. When some are published, the held table's commit
     removes the committed held files and adds one file of the rest (``write_remainder`` stages
-    it: rows -> TableCommit); otherwise it just adds the batch's new held files."""
+    it: rows -> TableCommit); otherwise it just adds the batch's new held files.
+
+    ``dissolved``: a task read the committed files back (``Holding.dissolve``) and wrote or held
+    again every event of them, so only ``new_files`` are read (and only when ``publish`` names
+    anything), and the commit removes the committed files in any case."""
     meta = held.meta
     chosen = set(publish)
     committed = [
         (p.partition_desc, f) for p in held.plan(version=base_version).partitions for f in p.files
     ]
-    rows = _read(meta, [f for _, f in committed] + [w.file for w in new_files])
+    readable = [] if dissolved else [f for _, f in committed]
+    rows = _read(meta, [*readable, *(w.file for w in new_files)] if chosen else [])
     out, still = split_held(rows, chosen)
     if out.num_rows == 0:
-        return HeldRelease(out, None)
-    dels: dict[str, list[FileOp]] = {}
-    for desc, file in committed:
-        dels.setdefault(desc, []).append(FileOp(action=FileAction.DELETE, file=file))
+        if not (dissolved and committed):
+            return HeldRelease(out, None)
+        kept = [(w.partition_desc, FileOp(action=FileAction.ADD, file=w.file)) for w in new_files]
+        commit = _held_commit(meta, base_version, committed, kept)
+        return HeldRelease(out, commit, replaces_new=True)
     adds: TableCommit | None = write_remainder(still) if still.num_rows else None
-    for part in adds.partitions if adds is not None else ():
-        dels.setdefault(part.partition_desc, []).extend(part.ops)
-    if not dels:  # published rows came only from this batch's files, nothing stays
+    parts = adds.partitions if adds is not None else ()
+    kept = [(part.partition_desc, op) for part in parts for op in part.ops]
+    if not committed and not kept:  # published rows came only from this batch's files
         return HeldRelease(out, None, replaces_new=True)
-    op = CommitOp.UPDATE if committed else CommitOp.APPEND
-    commit = TableCommit(
+    return HeldRelease(out, _held_commit(meta, base_version, committed, kept), replaces_new=True)
+
+
+def _held_commit(
+    meta: TableMeta,
+    base_version: int,
+    committed: Sequence[tuple[str, DataFile]],
+    adds: Sequence[tuple[str, FileOp]],
+) -> TableCommit:
+    """The held table's part of the batch's commit: the committed files go, ``adds`` come."""
+    ops: dict[str, list[FileOp]] = {}
+    for desc, file in committed:
+        ops.setdefault(desc, []).append(FileOp(action=FileAction.DELETE, file=file))
+    for desc, op in adds:
+        ops.setdefault(desc, []).append(op)
+    return TableCommit(
         table=str(meta.name),
-        op=op,
+        op=CommitOp.UPDATE if committed else CommitOp.APPEND,
         partitions=tuple(
-            PartitionCommit(partition_desc=d, ops=tuple(ops)) for d, ops in sorted(dels.items())
+            PartitionCommit(partition_desc=d, ops=tuple(o)) for d, o in sorted(ops.items())
         ),
         base_version=base_version,
     )
-    return HeldRelease(out, commit, replaces_new=True)
 
 
 def _read(meta: TableMeta, files: Sequence[Any]) -> pa.Table:

@@ -9,12 +9,13 @@ other hosts write to the same bucket as the driver would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from catalog import TableMeta
+from catalog import DataFile, TableMeta
 from ingest.debezium import DecoderConfig
+from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
 
 
@@ -52,3 +53,20 @@ class Holding:
     publish: frozenset[str]
     """Transactions whose events go straight to the target tables (the driver expects them to
     be published by this batch's commit, or they were published before, incomplete)."""
+    dissolve: tuple[DataFile, ...] = ()
+    """The held table's files at the batch's base version. The task reading ``owner`` reads
+    them whole and treats their events as its own first records: those of ``publish`` are
+    written to the target tables, the rest is held again in its held file. The driver then
+    reads nothing back unless its decision publishes more than ``publish``."""
+    owner: tuple[str, int, int] | None = None
+    """(topic, partition, offset): the task whose range holds this offset dissolves."""
+
+    def owned_by(self, ranges: Iterable[OffsetRange]) -> bool:
+        """Whether the task with these ranges dissolves the held files."""
+        if self.owner is None or not self.dissolve:
+            return False
+        topic, partition, offset = self.owner
+        return any(
+            r.topic == topic and r.partition == partition and r.start <= offset < r.end
+            for r in ranges
+        )

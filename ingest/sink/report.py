@@ -122,6 +122,9 @@ class TaskReport(_Model):
     txn_ranks: TxnRanks = Field(default_factory=TxnRanks)
     #: Records the task put into the held table instead of a target table.
     held: int = 0
+    #: Held events of earlier batches this task read back (``Holding.dissolve``): published
+    #: or held again.
+    dissolved: int = 0
     #: The task's own CPU and wall time (read + decode + write), for the batch log.
     cpu_ms: int = 0
     wall_ms: int = 0

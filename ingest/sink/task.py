@@ -26,7 +26,7 @@ from catalog import (
     stage_append,
     stage_changes,
 )
-from catalog.files import check_evolution, is_widening
+from catalog.files import check_evolution, is_widening, read_whole_files
 from catalog.logs import get_logger
 from ingest.debezium import (
     DeadLetter,
@@ -41,7 +41,7 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import MessageField, message_key, message_millis, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
-from ingest.sink.held import event_ref, held_rows, sub_chunk
+from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, held_rows, sub_chunk
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import (
     NewTable,
@@ -79,7 +79,11 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
         offsets=_range_ends(ranges),
         max_timestamp_ms=max(known) if known else None,
     )
-    if report.records:
+    dissolved = _dissolved(ranges, plan)
+    if dissolved:
+        report = report.model_copy(update={"dissolved": sum(len(c) for c in dissolved)})
+        chunks = [*dissolved, *chunks]  # older than the task's records: they come first
+    if chunks:
         report = write_chunks(chunks, plan, report)
     report = report.model_copy(
         update={
@@ -98,6 +102,16 @@ def _ranges_to_read(ranges: list[OffsetRange], plan: SinkPlan) -> list[OffsetRan
     if plan.holding is None:
         return ranges
     return [rng for rng in ranges if not is_transaction_topic(rng.topic)]
+
+
+def _dissolved(ranges: list[OffsetRange], plan: SinkPlan) -> list[RecordChunk]:
+    """The held events of earlier batches, when this task is the one to dissolve them."""
+    holding = plan.holding
+    if holding is None or not holding.owned_by(ranges):
+        return []
+    held = holding.held
+    rows = read_whole_files(held.location, holding.dissolve, HELD_SCHEMA, held.current_schema_id)
+    return chunks_of(rows)
 
 
 def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -> TaskReport:

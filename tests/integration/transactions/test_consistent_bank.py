@@ -6,6 +6,7 @@ with ``eventual`` breaks them at some version (so the consistent test can fail).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from catalog import Catalog
+from catalog.logs import EVENT_ATTRIBUTE
 from compaction.policy import CompactionPolicy
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.held import held_table_name
@@ -60,7 +62,7 @@ def last_batch(catalog: Catalog) -> int:
     return max(b for b, _ in cuts(catalog))
 
 
-def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path):
+def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, caplog):
     bank = opened_bank(kafka)
     job = config(kafka, bank, tmp_path, "bank")
     run_ingest(job, spark, catalog)  # the snapshot: no transactions
@@ -70,9 +72,14 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path):
         bank.transfer(rng)
     sent = bank.send(kafka.bootstrap_servers)
 
-    run = run_ingest(job, spark, catalog)
+    with caplog.at_level(logging.INFO, logger="lakestream.ingest"):
+        run = run_ingest(job, spark, catalog)
 
     assert run.batches_committed >= 5  # transfers straddled many batches
+    lines = [getattr(r, EVENT_ATTRIBUTE) for r in caplog.records if hasattr(r, EVENT_ATTRIBUTE)]
+    batches = [line for line in lines if line["event"] == "batch_transactions"]
+    # events held by one batch were published or held again by a task of the next
+    assert any(line["dissolved"] > 0 for line in batches)
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]

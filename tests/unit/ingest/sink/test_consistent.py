@@ -10,17 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from catalog import WriterProgress
+from catalog import DataFile, WriterProgress
+from catalog.meta import TableMeta
+from catalog.names import TableName
+from catalog.partitioning import PartitionSpec
 from ingest.kafka.offsets import OffsetRange
 from ingest.sink.consistent import (
     BatchTransactions,
     CandidateNotPublished,
     TxnPolicy,
     collection_of,
+    first_range,
     load_book,
     merged_events,
     planned_ranges,
 )
+from ingest.sink.held import HELD_SCHEMA
+from ingest.sink.plan import Holding
 from ingest.sink.report import TaskReport, TxnRanks
 from ingest.transactions import MarkerStatus, OnTimeout, TransactionBook, TransactionMarker
 from ingest.transactions.ranges import to_mask
@@ -136,3 +142,38 @@ def test_planned_ranges_are_unknown_without_the_batch_before_or_a_partition_star
     write_offsets(tmp_path, 4, {"b": {"0": 1}})
     assert planned_ranges(tmp_path, 5) is None  # a partition the batch before did not have
     assert planned_ranges(tmp_path, 0) is None  # batch 0 without a saved start
+
+
+def test_the_first_range_dissolves_the_held_files_and_only_its_task() -> None:
+    ranges = [
+        OffsetRange("db.public.b", 0, 10, 20),
+        OffsetRange("db.public.a", 1, 5, 9),
+        OffsetRange("db.public.a", 0, 7, 7),  # empty: owns nothing
+    ]
+    owner = first_range(ranges)
+    assert owner == ("db.public.a", 1, 5)
+    holding = Holding(held=_held_meta(), publish=frozenset(), dissolve=(_file(),), owner=owner)
+    assert holding.owned_by([ranges[1]])
+    assert holding.owned_by([OffsetRange("db.public.a", 1, 0, 6)])  # a task's split of it
+    assert not holding.owned_by([ranges[0], ranges[2]])
+    assert not holding.owned_by([OffsetRange("db.public.a", 1, 6, 9)])
+    nothing_held = Holding(held=_held_meta(), publish=frozenset(), owner=owner)
+    assert not nothing_held.owned_by([ranges[1]])
+    assert first_range([ranges[2]]) is None
+
+
+def _held_meta() -> TableMeta:
+    return TableMeta(
+        table_id=uuid.UUID(int=7),
+        name=TableName("lakestream_jobs", "j_held"),
+        location="/nowhere",
+        spec=PartitionSpec((), -1),
+        primary_key=(),
+        properties={},
+        schemas={0: HELD_SCHEMA},
+        current_schema_id=0,
+    )
+
+
+def _file() -> DataFile:
+    return DataFile(path="f.parquet", size_bytes=1, row_count=1)
