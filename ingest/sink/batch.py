@@ -67,6 +67,7 @@ from ingest.sink.consistent import (
 from ingest.sink.decoding import BatchDecoders
 from ingest.sink.held import COMPACTION_ENABLED, HELD_SCHEMA, chunks_of, held_table_name
 from ingest.sink.plan import Holding, SinkPlan
+from ingest.sink.readahead import MarkerReadAhead
 from ingest.sink.report import (
     NewTable,
     TaskReport,
@@ -179,6 +180,8 @@ class BatchSink:
         #: Figures of the batch's consistent-mode work on the driver, for its log line.
         self._txn_ms = self._release_ms = self._released = self._collect_ms = 0
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
+        #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
+        self._readahead = MarkerReadAhead(settings.kafka)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Write and commit one micro-batch, exactly once per ``(writer, batch_id)``.
@@ -282,7 +285,14 @@ class BatchSink:
         } | {(r.topic, r.partition) for r in ranges}
         collections = self._collections()
         book = load_book(progress, collections)
-        return start_batch(book, ranges, sorted(known), self.settings.kafka, self._policy)
+        return start_batch(
+            book,
+            ranges,
+            sorted(known),
+            self.settings.kafka,
+            self._policy,
+            readahead=self._readahead,
+        )
 
     def _collections(self) -> list[str] | None:
         """The data collections (``schema.table``) the job reads, when its topics are listed."""
@@ -382,6 +392,7 @@ class BatchSink:
             dissolved=sum(r.dissolved for r in reports),
             released=self._released,
             start_ms=self._txn_ms,
+            **txn.timings,
             collect_ms=self._collect_ms,
             release_ms=self._release_ms,
             held=summary,

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError
@@ -58,8 +58,9 @@ from ingest.errors import IngestError
 from ingest.kafka.brokerview import consumer_config
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
-from ingest.kafka.reader import message_millis, read_messages
+from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
+from ingest.sink.readahead import MarkerReadAhead, read_records
 from ingest.sink.report import TaskReport, TopicFigures, WrittenFile
 from ingest.transactions.book import (
     Decision,
@@ -70,7 +71,6 @@ from ingest.transactions.book import (
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     TransactionMarker,
-    decode_ends,
     is_transaction_topic,
 )
 from ingest.transactions.policy import OnTimeout
@@ -181,6 +181,8 @@ class BatchTransactions:
     markers: int = 0
     marker_report: TaskReport = field(default_factory=TaskReport)
     """The transaction topic's records this driver read (the tasks skip them)."""
+    timings: dict[str, int] = field(default_factory=dict)
+    """Milliseconds of the work before the tasks, for the batch's log line."""
     owner: tuple[str, int, int] | None = None
     """The batch's first range (topic, partition, start): its task dissolves the held files."""
     cut: int | None = field(default=None)
@@ -232,17 +234,27 @@ def start_batch(
     partitions: Iterable[tuple[str, int]],
     kafka: SourceOptions,
     policy: TxnPolicy,
+    *,
+    readahead: MarkerReadAhead | None = None,
 ) -> BatchTransactions:
     """Steps 1-3 of the module docstring for one batch. The transaction topic's range and the
-    data partitions' last records are read at the same time (both wait on the broker)."""
+    data partitions' last records are read at the same time (both wait on the broker); with
+    ``readahead``, the range was mostly read during the batch before, and the next batch's is
+    begun here, as the tasks are about to start."""
     now = time.time()
+    started = time.monotonic()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tails_read = pool.submit(partition_tails, ranges, partitions, kafka)
-        markers, report = read_markers(ranges, kafka)
+        tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
+        markers, report = read_markers(ranges, kafka, readahead)
+        read_ms = _ms_since(started)
         loaded, book = book, book.add_markers(markers, now)
-        tails = tails_read.result()
+        tails, tails_ms = tails_read.result()
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
+    if readahead is not None:
+        for rng in ranges:
+            if is_transaction_topic(rng.topic):
+                readahead.begin(rng, limit=rng.end - rng.start)
     return BatchTransactions(
         book,
         policy,
@@ -252,10 +264,21 @@ def start_batch(
         loaded=loaded,
         markers=len(markers),
         marker_report=report,
-        owner=min(
-            ((r.topic, r.partition, r.start) for r in ranges if r.end > r.start), default=None
-        ),
+        owner=first_range(ranges),
+        timings={"markers_ms": read_ms, "tails_ms": tails_ms},
     )
+
+
+_T = TypeVar("_T")
+
+
+def _timed(work: Callable[..., _T], *args: Any) -> tuple[_T, int]:
+    started = time.monotonic()
+    return work(*args), _ms_since(started)
+
+
+def _ms_since(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)
 
 
 def first_range(ranges: Sequence[OffsetRange]) -> tuple[str, int, int] | None:
@@ -265,24 +288,22 @@ def first_range(ranges: Sequence[OffsetRange]) -> tuple[str, int, int] | None:
 
 
 def read_markers(
-    ranges: Sequence[OffsetRange], kafka: SourceOptions
+    ranges: Sequence[OffsetRange], kafka: SourceOptions, readahead: MarkerReadAhead | None = None
 ) -> tuple[list[TransactionMarker], TaskReport]:
     """The END markers of the batch's ranges of transaction topics, and the figures of the
-    records read, as a task would report them (records, ignored, tombstones, newest time)."""
+    records read, as a task would report them (records, ignored, tombstones, newest time);
+    from ``readahead`` where it read them during the batch before."""
     markers: list[TransactionMarker] = []
     records: dict[str, int] = {}
-    tombstones, stamps = 0, []
+    tombstones, stamps = 0, list[int]()
     for rng in ranges:
         if not is_transaction_topic(rng.topic):
             continue
-        for messages in read_messages(rng, kafka):
-            values = [m.value() for m in messages]
-            markers.extend(decode_ends(values))
-            records[rng.topic] = records.get(rng.topic, 0) + len(values)
-            tombstones += sum(1 for v in values if not v)
-            stamp = message_millis(messages[-1])
-            if stamp is not None:
-                stamps.append(stamp)
+        read = read_records(rng, kafka) if readahead is None else readahead.records(rng)
+        markers.extend(r.end for r in read if r.end is not None)
+        records[rng.topic] = records.get(rng.topic, 0) + len(read)
+        tombstones += sum(1 for r in read if r.tombstone)
+        stamps.extend(r.timestamp_ms for r in read[-1:] if r.timestamp_ms is not None)
     total = sum(records.values())
     return markers, TaskReport(
         records=total,
@@ -321,6 +342,13 @@ def _ref_or_none(value: bytes | None) -> tuple[str, int] | None:
         return None
 
 
+#: A fetch that asks for one record needs no more than a few kB back. The broker still returns
+#: the whole record batch holding it (KIP-74), but tansu answers a fetch with librdkafka's
+#: default 50 MB limit in ~15-50 ms per partition (it gathers up to the limit), serially: the
+#: benchmark's peek of six partitions took 100-390 ms a batch, ~10-30 ms with this limit.
+_PEEK_FETCH = {"fetch.max.bytes": "4096", "message.max.bytes": "4096"}
+
+
 def last_values(
     ranges: Sequence[OffsetRange], kafka: SourceOptions
 ) -> dict[tuple[str, int], bytes | None]:
@@ -331,7 +359,11 @@ def last_values(
     if not ranges:
         return found
     ends = {(r.topic, r.partition): r.end for r in ranges}
-    managed: dict[str, str | bool] = {"enable.partition.eof": True, "auto.offset.reset": "error"}
+    managed: dict[str, str | bool] = {
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        **_PEEK_FETCH,
+    }
     consumer = Consumer(consumer_config(kafka.kafka_config, managed))
     deadline = time.monotonic() + kafka.poll_timeout_ms / 1000
     try:

@@ -34,6 +34,7 @@ __all__ = [
     "MarkerStatus",
     "TransactionMarker",
     "TransactionRef",
+    "decode_end",
     "decode_ends",
     "decode_marker",
     "is_transaction_topic",
@@ -159,14 +160,20 @@ def decode_ends(values: Iterable[bytes | None]) -> list[TransactionMarker]:
     Raises:
         BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
     """
-    ends = []
-    for value in values:
-        if value is None or value.startswith(_BEGIN_PREFIX):
-            continue
-        marker = _typed_end(value) or decode_marker(None, value)
-        if marker is not None and marker.status is MarkerStatus.END:
-            ends.append(marker)
-    return ends
+    return [m for m in (decode_end(value) for value in values) if m is not None]
+
+
+def decode_end(value: bytes | None) -> TransactionMarker | None:
+    """The END marker in one record of the transaction topic; None for a BEGIN or a tombstone
+    (see :func:`decode_ends`).
+
+    Raises:
+        BadTransactionMetadata: the record is not a BEGIN/END marker Debezium writes.
+    """
+    if not value or value.startswith(_BEGIN_PREFIX):
+        return None
+    marker = _typed_end(value) or decode_marker(None, value)
+    return marker if marker is not None and marker.status is MarkerStatus.END else None
 
 
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]

@@ -1,0 +1,111 @@
+"""The transaction topic read ahead gives every batch exactly the records a synchronous read of
+its range gives: when it covers the range, when it covers part of it, when the next batch starts
+elsewhere (a restart, a replay), when records arrive after it started, and when it fails."""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+import pytest
+
+from ingest.kafka.offsets import OffsetRange
+from ingest.kafka.options import SourceOptions
+from ingest.sink import readahead
+from ingest.sink.readahead import MarkerReadAhead, MarkerRecord, read_records
+from tests.fixtures.broker import KafkaTestHelper
+
+pytestmark = pytest.mark.integration
+
+
+def markers(first: int, count: int) -> list[tuple[bytes | None, bytes | None]]:
+    """BEGIN and END of transactions ``first`` .. ``first + count - 1`` (two records each)."""
+    records: list[tuple[bytes | None, bytes | None]] = []
+    for txn in range(first, first + count):
+        records.append((None, b'{"status":"BEGIN","id":"%d:%d"}' % (txn, txn * 100)))
+        end = {"status": "END", "id": f"{txn}:{txn * 100 + 8}", "event_count": 1,
+               "data_collections": [{"data_collection": "public.t", "event_count": 1}]}  # fmt: skip
+        records.append((None, orjson.dumps(end)))
+    return records
+
+
+def ids(found: list[MarkerRecord]) -> list[str]:
+    """The transactions of the END markers among ``found``, after checking every record is
+    there, in order."""
+    offsets = [r.offset for r in found]
+    assert offsets == list(range(offsets[0], offsets[0] + len(offsets))) if offsets else True
+    return [r.end.id for r in found if r.end is not None]
+
+
+@pytest.fixture
+def topic(kafka: KafkaTestHelper) -> tuple[str, SourceOptions]:
+    name = kafka.topic()
+    kafka.produce(name, markers(1, 300), partition=0)  # offsets 0..599
+    return name, SourceOptions(kafka_config={"bootstrap.servers": kafka.bootstrap_servers})
+
+
+def test_each_batch_gets_what_a_synchronous_read_gets(topic: tuple[str, SourceOptions]) -> None:
+    name, options = topic
+    ahead = MarkerReadAhead(options)
+    # batch sizes: as the last one, larger (the rest is read then), smaller (it stops early)
+    bounds = [0, 100, 200, 400, 450, 600]
+    for start, end in itertools.pairwise(bounds):
+        rng = OffsetRange(name, 0, start, end)
+        got = ahead.records(rng)
+        ahead.begin(rng, limit=end - start)
+        assert (
+            ids(got)
+            == ids(read_records(rng, options))
+            == [str(t) for t in range(start // 2 + 1, end // 2 + 1)]
+        )
+    ahead.close()
+
+
+def test_the_next_batch_is_served_by_the_read_ahead(
+    topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, options = topic
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 0, 100)
+    ahead.records(first)
+    ahead.begin(first, limit=100)
+
+    def no_reading(*_: object) -> list[object]:
+        raise AssertionError("the batch read its range itself")
+
+    monkeypatch.setattr(readahead, "read_records", no_reading)
+    assert ids(ahead.records(OffsetRange(name, 0, 100, 200))) == [str(t) for t in range(51, 101)]
+
+
+def test_a_batch_elsewhere_or_beyond_what_was_there_reads_for_itself(
+    kafka: KafkaTestHelper, topic: tuple[str, SourceOptions]
+) -> None:
+    name, options = topic
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 500, 600)
+    ahead.records(first)
+    ahead.begin(first, limit=400)  # the broker ends at 600: it reads nothing
+    kafka.produce(name, markers(301, 50), partition=0)  # offsets 600..699, after it started
+    rng = OffsetRange(name, 0, 600, 700)
+    assert ids(ahead.records(rng)) == [str(t) for t in range(301, 351)]
+    ahead.begin(rng, limit=100)
+    replay = OffsetRange(name, 0, 300, 400)  # a replayed batch: not where the read-ahead began
+    assert ids(ahead.records(replay)) == [str(t) for t in range(151, 201)]
+    ahead.close()
+
+
+def test_a_failed_read_ahead_costs_only_time(
+    topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, options = topic
+
+    def broker_gone(*_: object) -> int:
+        raise RuntimeError("the broker went away")
+
+    monkeypatch.setattr(readahead, "_high_watermark", broker_gone)
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 0, 100)
+    ahead.records(first)
+    ahead.begin(first, limit=100)
+    rng = OffsetRange(name, 0, 100, 200)
+    assert ids(ahead.records(rng)) == [str(t) for t in range(51, 101)]
