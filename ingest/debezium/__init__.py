@@ -17,7 +17,7 @@ schema; plus the dead letters and the counts of ignored messages and tombstones.
 * Topics: :mod:`ingest.debezium.topics`.
 """
 
-from ingest.debezium.decoder import decode_chunks, decode_records, table_schemas
+from ingest.debezium.decoder import RecordHold, decode_chunks, decode_records, table_schemas
 from ingest.debezium.errors import (
     DeadLetterReason,
     DebeziumError,
@@ -47,6 +47,7 @@ __all__ = [
     "DecoderConfigError",
     "RawRecord",
     "RecordChunk",
+    "RecordHold",
     "binlog_position",
     "decode_chunks",
     "decode_records",

@@ -13,17 +13,23 @@ the row's values; everything else takes the general path, in batch order.
 
 A message that fails anywhere becomes a :class:`~ingest.debezium.model.DeadLetter` holding the
 raw key and value, its topic, partition and offset, a reason and the error text.
+
+A :class:`RecordHold` may take messages out before their rows are kept (``transactions:
+consistent`` holds events of transactions it cannot publish yet); the fast path hands it the
+``transaction`` block it decoded along with the row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import orjson
 import pyarrow as pa
 
 from ingest.debezium.columns import decode_table
 from ingest.debezium.errors import DeadLetterReason, MessageError
+from ingest.debezium.fastpath import TransactionBlock
 from ingest.debezium.model import (
     DeadLetter,
     DecodedBatch,
@@ -51,9 +57,28 @@ def decode_records(records: Iterable[RawRecord], config: DecoderConfig) -> Decod
     return decode_chunks(RecordChunk.split(records), config)
 
 
-def decode_chunks(chunks: Iterable[RecordChunk], config: DecoderConfig) -> DecodedBatch:
-    """:func:`decode_records` for messages already in chunks (the executors' fast path)."""
-    batch = _Batch(config)
+class RecordHold(Protocol):
+    """Takes messages out of a batch before their rows are kept (``transactions: consistent``
+    holds the events of transactions it cannot publish yet): each method returns whether the
+    message is held. The decoder asks for every message but tombstones, once."""
+
+    def fast(
+        self, chunk: RecordChunk, index: int, value: bytes, block: TransactionBlock | None
+    ) -> bool:
+        """A message the fast path decoded; ``block``: its ``transaction`` block."""
+        ...
+
+    def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
+        """Any other message, before it is parsed."""
+        ...
+
+
+def decode_chunks(
+    chunks: Iterable[RecordChunk], config: DecoderConfig, hold: RecordHold | None = None
+) -> DecodedBatch:
+    """:func:`decode_records` for messages already in chunks (the executors' fast path), less
+    the messages ``hold`` takes."""
+    batch = _Batch(config, hold)
     for chunk in chunks:
         batch.add_chunk(chunk)
     return batch.finish()
@@ -74,8 +99,9 @@ def table_schemas(batch: DecodedBatch) -> dict[str, pa.Schema]:
 
 
 class _Batch:
-    def __init__(self, config: DecoderConfig) -> None:
+    def __init__(self, config: DecoderConfig, hold: RecordHold | None = None) -> None:
         self.config = config
+        self.hold = hold
         self.routes: dict[str, Route] = {}
         self.tables: dict[str, TableRows] = {}
         self.dead_letters: list[DeadLetter] = []
@@ -100,6 +126,7 @@ class _Batch:
         kept: list[tuple[object, ...]] = []  # fast rows not yet handed to `rows`, in order
         seqs: list[bytes] = []
         origins: list[int] = []
+        hold = self.hold
         for index, value in enumerate(chunk.values):
             if not value:
                 self.tombstones += 1
@@ -107,15 +134,18 @@ class _Batch:
             if fast is not None:
                 hit = fast.decode(value)
                 if hit is not None:
-                    kept.append(hit[0])
-                    seqs.append(hit[1])
-                    origins.append(base + index)
                     misses = 0
+                    if hold is None or not hold.fast(chunk, index, value, hit[2]):
+                        kept.append(hit[0])
+                        seqs.append(hit[1])
+                        origins.append(base + index)
                     continue
                 misses += 1
                 if kept:  # the general path appends too: keep the batch order
                     rows.extend_fast(kept, seqs, origins)
                     kept, seqs, origins = [], [], []
+            if hold is not None and hold.raw(chunk, index, value):
+                continue
             trying = misses <= _MAX_FAST_MISSES
             self._general(rows, chunk, index, base, value, arm=trying)
             fast = rows.fast_rows() if trying else None
@@ -153,6 +183,8 @@ class _Batch:
         for index, value in enumerate(chunk.values):
             if not value:
                 self.tombstones += 1
+            elif self.hold is not None and self.hold.raw(chunk, index, value):
+                continue
             elif route.ignored:
                 self.ignored += 1
             else:

@@ -36,6 +36,14 @@ class _Source(msgspec.Struct):
     lsn: Any = None
 
 
+class TransactionBlock(msgspec.Struct, gc=False):
+    """The envelope's ``transaction`` block, its fields as JSON gives them (checked by the one
+    who reads them: only ``transactions: consistent`` does, see ``ingest.sink.held``)."""
+
+    id: Any = None
+    total_order: Any = None
+
+
 @lru_cache(maxsize=256)
 def _decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
     """A decoder of envelopes whose ``after`` holds only ``names`` (unknown ones are refused)."""
@@ -44,7 +52,12 @@ def _decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
     row = msgspec.defstruct("Row", fields, rename=rename, forbid_unknown_fields=True)
     envelope = msgspec.defstruct(
         "Envelope",
-        [("op", Any, None), ("after", row | None, None), ("source", _Source | None, None)],
+        [
+            ("op", Any, None),
+            ("after", row | None, None),
+            ("source", _Source | None, None),
+            ("transaction", TransactionBlock | None, None),
+        ],
     )
     return msgspec.json.Decoder(envelope)
 
@@ -95,8 +108,11 @@ class FastRows:
         self._decode = decoder.decode
         self._errors = (msgspec.DecodeError, msgspec.ValidationError)
 
-    def decode(self, value: bytes) -> tuple[tuple[object, ...], bytes] | None:
-        """``(row values, encoded position)``, or None to leave the message to the general path."""
+    def decode(
+        self, value: bytes
+    ) -> tuple[tuple[object, ...], bytes, TransactionBlock | None] | None:
+        """``(row values, encoded position, transaction block)``, or None to leave the message
+        to the general path (also when the block is not an object)."""
         try:
             envelope = self._decode(value)
         except self._errors:
@@ -111,4 +127,4 @@ class FastRows:
         lsn = source.lsn
         if type(lsn) is not int or not 0 <= lsn < LSN_LIMIT:
             return None
-        return msgspec.structs.astuple(after), pack_pair(lsn, 0)
+        return msgspec.structs.astuple(after), pack_pair(lsn, 0), envelope.transaction

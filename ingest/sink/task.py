@@ -41,7 +41,7 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import MessageField, message_key, message_millis, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
-from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, held_rows, sub_chunk
+from ingest.sink.held import HELD_SCHEMA, HeldSplit, chunks_of, event_ref, held_rows, sub_chunk
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import (
     NewTable,
@@ -120,12 +120,18 @@ def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) 
     With ``plan.holding`` (``transactions: consistent``), events of transactions not chosen for
     publication go raw into the held table, and the report counts every event's rank."""
     held = None
-    if plan.holding is not None:
-        chunks, held, ranks = split_for_holding(chunks, plan.holding.publish)
-        report = report.model_copy(update={"txn_ranks": ranks})
     if plan.source_format is SourceFormat.DEBEZIUM:
-        report = _write_debezium(chunks, plan, report)
+        split = None if plan.holding is None else HeldSplit(plan.holding.publish)
+        report = _write_debezium(chunks, plan, report, split)
+        if split is not None:
+            held = split.held()
+            ranks = {txn: mask_of(orders) for txn, orders in split.ranks.items()}
+            txn_ranks = TxnRanks.of(ranks, malformed=split.malformed)
+            report = report.model_copy(update={"txn_ranks": txn_ranks})
     else:
+        if plan.holding is not None:
+            chunks, held, txn_ranks = split_for_holding(chunks, plan.holding.publish)
+            report = report.model_copy(update={"txn_ranks": txn_ranks})
         report = _write_json(chunks, plan, report)
     if held is not None and held.num_rows and plan.holding is not None:
         acc = _Accumulator(report)
@@ -215,8 +221,10 @@ def _range_ends(ranges: Iterable[OffsetRange]) -> dict[str, dict[str, int]]:
 # -- Debezium topics -------------------------------------------------------------------------
 
 
-def _write_debezium(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) -> TaskReport:
-    decoded = decode_chunks(chunks, plan.decoder)
+def _write_debezium(
+    chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport, hold: HeldSplit | None
+) -> TaskReport:
+    decoded = decode_chunks(chunks, plan.decoder, hold)
     update = _Accumulator(report)
     for segment in decoded.tables:
         _write_segment(segment, plan, update)

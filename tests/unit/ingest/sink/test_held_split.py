@@ -1,0 +1,96 @@
+"""The decoder's hold (``HeldSplit``) decides as the split before decoding did
+(``split_for_holding`` + decoding what it kept): the same events held, the same ranks and
+malformed blocks counted, the same rows, dead letters and counts - on random batches mixing the
+fast path's events, the general path's, odd and malformed blocks, tombstones, bad JSON and an
+unmapped topic."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from ingest.debezium import DecodedBatch, DecoderConfig, RecordChunk, decode_chunks
+from ingest.sink.held import HeldSplit
+from ingest.sink.task import split_for_holding
+from tests.fixtures.debezium_events import key, numbered, payload, pg_source, record
+
+TABLE = "public.customers"
+SCHEMA = pa.schema([("id", pa.int32()), ("name", pa.string())])
+CONFIG = DecoderConfig(schemas={TABLE: SCHEMA}, primary_keys={TABLE: ("id",)})
+TXNS = [f"{n}" for n in range(1, 9)]
+
+
+def block(rng: random.Random) -> object:
+    txn = rng.choice(TXNS)
+    order = rng.randrange(1, 6)
+    return rng.choices(
+        [
+            {"id": f"{txn}:{rng.randrange(10**6)}", "total_order": order},
+            {"id": txn, "total_order": str(order), "data_collection_order": "1"},
+            None,
+            {"id": txn, "total_order": 0},  # malformed: passes through, counted
+            {"id": "", "total_order": 1},
+        ],
+        [20, 2, 3, 1, 1],
+    )[0]
+
+
+def event(rng: random.Random, n: int) -> bytes | None:
+    i = rng.randrange(30)
+    op = rng.choice("cruuud")
+    body = payload(op, after=None if op == "d" else {"id": i, "name": f"n{n}"},
+                   before={"id": i} if op == "d" else None, source=pg_source(1000 + n))  # fmt: skip
+    body["transaction"] = block(rng)
+    if rng.random() < 0.05:
+        del body["transaction"]
+    kind = rng.choices(["ok", "tombstone", "bad json", "extra column"], [30, 1, 1, 1])[0]
+    if kind == "tombstone":
+        return None
+    if kind == "extra column" and body["after"] is not None:
+        body["after"]["extra"] = 1  # the general path: a dead letter
+    value = orjson.dumps(body)
+    return value[:-3] if kind == "bad json" else value
+
+
+def chunks(rng: random.Random) -> list[RecordChunk]:
+    records = [record(event(rng, n), key({"id": n % 30})) for n in range(400)]
+    stray = [record(event(rng, n), topic="dbserver1.public.unmapped") for n in range(20)]
+    return RecordChunk.split(numbered(records) + numbered(stray))
+
+
+def summary(batch: DecodedBatch) -> object:
+    return (
+        [(t.table, t.rows.to_pylist()) for t in batch.tables],
+        sorted((d.topic, d.offset, str(d.reason)) for d in batch.dead_letters),
+        batch.ignored,
+        batch.tombstones,
+    )
+
+
+def rows_of(held: pa.Table | None) -> list[dict[str, object]]:
+    if held is None:
+        return []
+    return held.sort_by([("topic", "ascending"), ("offset", "ascending")]).to_pylist()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_decoder_holds_what_the_split_before_decoding_held(seed: int) -> None:
+    rng = random.Random(seed)
+    batch = chunks(rng)
+    publish = frozenset(rng.sample(TXNS, 4))
+
+    kept, held_before, ranks_before = split_for_holding(batch, publish)
+    before = decode_chunks(kept, CONFIG)
+    split = HeldSplit(publish)
+    after = decode_chunks(batch, CONFIG, split)
+
+    assert summary(after) == summary(before)
+    assert rows_of(split.held()) == rows_of(held_before)
+    assert {t: sorted(set(o)) for t, o in split.ranks.items()} == {
+        t: [n for n in range(64) if mask >> n & 1] for t, mask in ranks_before.items()
+    }
+    assert split.malformed == ranks_before.malformed
+    assert len(before.tables) > 0 and rows_of(held_before)  # the batch exercised both sides
