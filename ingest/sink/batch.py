@@ -179,6 +179,8 @@ class BatchSink:
         self._held_commit: TableCommit | None = None
         #: Figures of the batch's consistent-mode work on the driver, for its log line.
         self._txn_ms = self._release_ms = self._released = self._collect_ms = 0
+        #: The Spark job of the batch's last write pass (its tasks), for the batch's log line.
+        self._job_ms = 0
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka)
@@ -247,7 +249,9 @@ class BatchSink:
 
     def _write_pass(self, df: Any, batch_id: int) -> list[TaskReport]:
         plan = self._plan(batch_id)
+        started = time.monotonic()
         rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
+        self._job_ms = round((time.monotonic() - started) * 1000)
         reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
         if self._txn is not None:
             reports.append(self._txn.marker_report)
@@ -326,8 +330,10 @@ class BatchSink:
         written here, with the tasks' own code (see :mod:`ingest.sink.consistent`)."""
         txn = self._txn
         assert txn is not None and plan.holding is not None
+        deciding = time.monotonic()
         decision = txn.decide(reports)
         released = time.monotonic()
+        txn.timings["decide_ms"] = round((released - deciding) * 1000)
         self._release_ms = self._released = 0
         held_name = str(plan.holding.held.name)
         new_files = [f for r in reports for f in r.files if f.table == held_name]
@@ -689,6 +695,7 @@ class BatchSink:
             tombstones=sum(r.tombstones for r in reports),
             passes=passes,
             write_ms=round(write_s * 1000),
+            job_ms=self._job_ms,
             task_cpu_ms=sum(r.cpu_ms for r in reports),
             task_wall_ms=max((r.wall_ms for r in reports), default=0),
             commit_ms=round(commit_s * 1000),
