@@ -98,6 +98,8 @@ def run_ingest(
         if isinstance(failure, (IngestError, CatalogError)):  # the job's own: as it was raised
             raise failure from None
         raise query_failure(failure) from None
+    finally:
+        sink.close()
     return IngestRun(sink.batches_committed, incarnation, sink.records_read, start.origin)
 
 

@@ -185,6 +185,10 @@ class BatchSink:
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka)
 
+    def close(self) -> None:
+        """Stop reading ahead (the query has ended: no batch will use it)."""
+        self._readahead.close()
+
     def __call__(self, df: Any, batch_id: int) -> None:
         """Write and commit one micro-batch, exactly once per ``(writer, batch_id)``.
 

@@ -32,8 +32,9 @@ from ingest.transactions.markers import TransactionMarker, decode_end
 
 log = get_logger("lakestream.ingest")
 
-#: How long a batch waits for a read-ahead still running before it reads the rest itself.
-WAIT_S = 30.0
+#: How long a batch waits for a read-ahead still running before it reads the rest itself (it
+#: normally ended during the tasks; one still reading is slow, or waits on a broker outage).
+WAIT_S = 5.0
 _WATERMARK_TIMEOUT_S = 5.0
 
 
