@@ -14,7 +14,9 @@ from catalog import DataFile, WriterProgress
 from catalog.meta import TableMeta
 from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
+from ingest.errors import IngestError
 from ingest.kafka.offsets import OffsetRange
+from ingest.sink.batch import _dissolved as dissolved
 from ingest.sink.consistent import (
     BatchTransactions,
     CandidateNotPublished,
@@ -177,3 +179,14 @@ def _held_meta() -> TableMeta:
 
 def _file() -> DataFile:
     return DataFile(path="f.parquet", size_bytes=1, row_count=1)
+
+
+def test_held_files_count_as_dissolved_only_when_a_task_read_every_event_back() -> None:
+    files = (_file(), DataFile(path="g.parquet", size_bytes=1, row_count=4))
+    holding = Holding(held=_held_meta(), publish=frozenset(), dissolve=files, owner=("t", 0, 0))
+    assert dissolved(holding, [TaskReport(dissolved=5), TaskReport()]) is True
+    assert dissolved(holding, [TaskReport(), TaskReport()]) is False  # the driver reads them
+    nothing = Holding(held=_held_meta(), publish=frozenset())
+    assert dissolved(nothing, [TaskReport()]) is False
+    with pytest.raises(IngestError, match="read back 3 of the 5 held events"):
+        dissolved(holding, [TaskReport(dissolved=3)])  # a loss: the batch is not committed
