@@ -23,6 +23,7 @@ from ingest.debezium.errors import (
     DebeziumError,
     DecoderConfigError,
 )
+from ingest.debezium.fastpath import TransactionBlock
 from ingest.debezium.layout import LOGICAL_KEY
 from ingest.debezium.model import (
     DeadLetter,
@@ -48,6 +49,7 @@ __all__ = [
     "RawRecord",
     "RecordChunk",
     "RecordHold",
+    "TransactionBlock",
     "binlog_position",
     "decode_chunks",
     "decode_records",

@@ -177,6 +177,8 @@ class BatchSink:
         self._held: TableMeta | None = None
         #: The held table's part of the batch's commit, when it publishes held events.
         self._held_commit: TableCommit | None = None
+        #: The held table's files (with their partitions) at the batch's planned version.
+        self._held_files: list[tuple[str, DataFile]] = []
         #: Figures of the batch's consistent-mode work on the driver, for its log line.
         self._txn_ms = self._release_ms = self._released = self._collect_ms = 0
         #: The Spark job of the batch's last write pass (its tasks), for the batch's log line.
@@ -344,21 +346,18 @@ class BatchSink:
         held_before = plan.holding.dissolve or txn.loaded.ended or txn.loaded.open
         if not new_files and not held_before:
             return reports  # nothing was held before, nothing is held now: nothing to read
-        held = Table(self.catalog, plan.holding.held)
         dissolved = _dissolved(plan.holding, reports)
         # dissolved: events of what the tasks were told to publish are written; the rest is in
         # the tasks' new held files, read back only for what the decision publishes beyond it
         publish = [t for t in decision.publish if not dissolved or t not in plan.holding.publish]
-        release = self.guard.call(
-            "release_held",
-            lambda: release_held(
-                held,
-                self._bases[held_name],
-                new_files,
-                publish,
-                lambda rows: self._stage_held(plan.holding, rows),
-                dissolved=dissolved,
-            ),
+        release = release_held(
+            plan.holding.held,
+            self._bases[held_name],
+            self._held_files,
+            new_files,
+            publish,
+            write_remainder=lambda rows: self._stage_held(plan.holding, rows),
+            dissolved=dissolved,
         )
         self._held_commit = release.commit
         if release.replaces_new:
@@ -430,12 +429,10 @@ class BatchSink:
         txn = self._txn
         assert txn is not None
         base = self._bases[str(held.name)]
-        files = () if txn.owner is None else self._held_files(held, base)
+        plan = self.guard.call("plan_held", lambda: Table(self.catalog, held).plan(version=base))
+        self._held_files = [(p.partition_desc, f) for p in plan.partitions for f in p.files]
+        files = () if txn.owner is None else tuple(f for _, f in self._held_files)
         return Holding(held=held, publish=txn.publish, dissolve=files, owner=txn.owner)
-
-    def _held_files(self, held: TableMeta, version: int) -> tuple[DataFile, ...]:
-        plan = self.guard.call("plan_held", lambda: Table(self.catalog, held).plan(version=version))
-        return tuple(f for p in plan.partitions for f in p.files)
 
     @staticmethod
     def _stage_held(holding: Holding | None, rows: Any) -> TableCommit:

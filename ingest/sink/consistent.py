@@ -46,7 +46,6 @@ from catalog import (
     FileOp,
     PartitionCommit,
     SourceWatermark,
-    Table,
     TableCommit,
     TableMeta,
     WriterProgress,
@@ -421,27 +420,25 @@ class HeldRelease:
 
 
 def release_held(
-    held: Table,
+    meta: TableMeta,
     base_version: int,
+    committed: Sequence[tuple[str, DataFile]],
     new_files: Sequence[WrittenFile],
     publish: Iterable[str],
-    write_remainder: Any,
     *,
+    write_remainder: Any,
     dissolved: bool = False,
 ) -> HeldRelease:
-    """Split the held events (committed at ``base_version`` plus this batch's ``new_files``)
-    into those ``publish`` names and the rest. When some are published, the held table's commit
+    """Split the held events (``committed``: the held table's files at ``base_version``, with
+    their partitions; plus this batch's ``new_files``) into those ``publish`` names and the
+    rest. When some are published, the held table's commit
     removes the committed held files and adds one file of the rest (``write_remainder`` stages
     it: rows -> TableCommit); otherwise it just adds the batch's new held files.
 
     ``dissolved``: a task read the committed files back (``Holding.dissolve``) and wrote or held
     again every event of them, so only ``new_files`` are read (and only when ``publish`` names
     anything), and the commit removes the committed files in any case."""
-    meta = held.meta
     chosen = set(publish)
-    committed = [
-        (p.partition_desc, f) for p in held.plan(version=base_version).partitions for f in p.files
-    ]
     readable = [] if dissolved else [f for _, f in committed]
     rows = _read(meta, [*readable, *(w.file for w in new_files)] if chosen else [])
     out, still = split_held(rows, chosen)

@@ -26,11 +26,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.debezium import RecordChunk
-from ingest.debezium.fastpath import TransactionBlock
+from ingest.debezium import RecordChunk, TransactionBlock
 from ingest.errors import IngestError
+from ingest.sink.report import TxnRanks
 from ingest.transactions import BadTransactionMetadata, normalise_id
-from ingest.transactions.ranges import MAX_RANK
+from ingest.transactions.ranges import MAX_RANK, mask_of
 
 HELD_NAMESPACE = "lakestream_jobs"
 HELD_SCHEMA = pa.schema([
@@ -51,15 +51,10 @@ _BLOCK = re.compile(
 _ANY_BLOCK = re.compile(rb'"transaction"\s*:\s*(\{[^{}]*\})')
 
 
-class _Block(msgspec.Struct):
-    id: str
-    total_order: int
-
-
 class _Envelope(msgspec.Struct):
     """The one field :func:`event_ref` wants of an envelope; msgspec skips the rest unbuilt."""
 
-    transaction: _Block | msgspec.UnsetType | None = msgspec.UNSET
+    transaction: TransactionBlock | msgspec.UnsetType | None = msgspec.UNSET
 
 
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
@@ -106,9 +101,24 @@ def event_ref(value: bytes | None) -> tuple[str, int] | None:
         return _scanned_ref(value)
     if block is None:
         return None
-    if block is msgspec.UNSET or not block.id:
-        return _scanned_ref(value)
-    return normalise_id(block.id), _rank(block.total_order)
+    ref = None if block is msgspec.UNSET else block_ref(block)
+    return ref if ref is not None else _scanned_ref(value)
+
+
+def block_ref(block: TransactionBlock) -> tuple[str, int] | None:
+    """(transaction id, total_order) of a decoded block as Debezium writes it (a non-empty
+    string id, an integer rank); None for any other shape, which the byte scan of
+    :func:`event_ref` then reads.
+
+    Raises:
+        BadTransactionMetadata: the rank is out of range.
+    """
+    raw, order = block.id, block.total_order
+    if type(raw) is not str or not raw or type(order) is not int:
+        return None
+    if not 1 <= order <= MAX_RANK:
+        _rank(order)  # raises, saying why
+    return normalise_id(raw), order
 
 
 def _scanned_ref(value: bytes) -> tuple[str, int] | None:
@@ -170,14 +180,15 @@ class HeldSplit:
     ) -> bool:
         if block is None:
             return False  # null or no block: an event without metadata
+        # block_ref and normalise_id, inlined: this runs for every event a task reads
         raw, order = block.id, block.total_order
         if type(raw) is not str or not raw or type(order) is not int:
             return self.raw(chunk, index, value)  # odd but maybe readable: as event_ref reads
-        tx_id, colon, lsn = raw.partition(":")  # normalise_id, inlined: once per event
-        txn = tx_id if colon and tx_id.isdecimal() and lsn.isdecimal() else raw
         if not 1 <= order <= MAX_RANK:
             self.malformed += 1
             return False
+        tx_id, colon, lsn = raw.partition(":")
+        txn = tx_id if colon and tx_id.isdecimal() and lsn.isdecimal() else raw
         return self._take(chunk, index, txn, order)
 
     def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
@@ -206,6 +217,16 @@ class HeldSplit:
         """The held table's rows of the events held, or None."""
         tables = [held_rows(chunk, picks) for chunk, picks in self._held.values()]
         return pa.concat_tables(tables) if tables else None
+
+    def held_in(self, chunk: RecordChunk) -> set[int]:
+        """The indices of the records of ``chunk`` held."""
+        picks = self._held.get(id(chunk))
+        return set() if picks is None else {i for i, _, _ in picks[1]}
+
+    def txn_ranks(self) -> TxnRanks:
+        """Per transaction the ranks seen, as a task reports them."""
+        masks = {txn: mask_of(orders) for txn, orders in self.ranks.items()}
+        return TxnRanks.of(masks, malformed=self.malformed)
 
 
 def held_rows(chunk: RecordChunk, picks: Sequence[tuple[int, str, int]]) -> pa.Table:

@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from confluent_kafka import Consumer, Message
-from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka import Message
 
 from catalog.logs import get_logger
-from ingest.kafka.brokerview import consumer_config
-from ingest.kafka.offsets import OffsetRange
+from ingest.kafka.brokerview import STARTUP_CHECK, BrokerView
+from ingest.kafka.offsets import OffsetRange, PartitionId
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
@@ -35,7 +34,6 @@ log = get_logger("lakestream.ingest")
 #: How long a batch waits for a read-ahead still running before it reads the rest itself (it
 #: normally ended during the tasks; one still reading is slow, or waits on a broker outage).
 WAIT_S = 5.0
-_WATERMARK_TIMEOUT_S = 5.0
 
 
 class MarkerRecord(NamedTuple):
@@ -161,14 +159,14 @@ def _records_of(messages: Sequence[Message]) -> list[MarkerRecord]:
 
 
 def _high_watermark(topic: str, partition: int, kafka: SourceOptions) -> int:
-    consumer = Consumer(consumer_config(kafka.kafka_config, {"enable.partition.eof": True}))
+    """Where the partition ends now; briefly patient with the broker (the batch reads for
+    itself what a read-ahead that failed did not)."""
+    view = BrokerView(kafka.kafka_config, STARTUP_CHECK)
     try:
-        _, high = consumer.get_watermark_offsets(
-            KafkaPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
-        )
-        return int(high)
+        pid = PartitionId(topic, partition)
+        return view.latest([pid])[pid]
     finally:
-        consumer.close()
+        view.close()
 
 
 __all__ = ["WAIT_S", "MarkerReadAhead", "MarkerRecord", "read_records"]

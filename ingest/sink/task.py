@@ -41,7 +41,7 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import MessageField, message_key, message_millis, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
-from ingest.sink.held import HELD_SCHEMA, HeldSplit, chunks_of, event_ref, held_rows, sub_chunk
+from ingest.sink.held import HELD_SCHEMA, HeldSplit, chunks_of, sub_chunk
 from ingest.sink.plan import SinkPlan, SourceFormat
 from ingest.sink.report import (
     NewTable,
@@ -51,8 +51,7 @@ from ingest.sink.report import (
     TxnRanks,
     WrittenFile,
 )
-from ingest.transactions import BadTransactionMetadata, is_transaction_topic
-from ingest.transactions.ranges import mask_of
+from ingest.transactions import is_transaction_topic
 
 REPORT_SCHEMA = "report string"
 DEAD_LETTER_SCHEMA = pa.schema([
@@ -125,9 +124,7 @@ def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) 
         report = _write_debezium(chunks, plan, report, split)
         if split is not None:
             held = split.held()
-            ranks = {txn: mask_of(orders) for txn, orders in split.ranks.items()}
-            txn_ranks = TxnRanks.of(ranks, malformed=split.malformed)
-            report = report.model_copy(update={"txn_ranks": txn_ranks})
+            report = report.model_copy(update={"txn_ranks": split.txn_ranks()})
     else:
         if plan.holding is not None:
             chunks, held, txn_ranks = split_for_holding(chunks, plan.holding.publish)
@@ -144,40 +141,22 @@ def split_for_holding(
     chunks: Iterable[RecordChunk], publish: frozenset[str]
 ) -> tuple[list[RecordChunk], pa.Table | None, TxnRanks]:
     """Chunks of the records to write now, the held table's rows of the others, and per
-    transaction the ranks of its events. A chunk with nothing to hold passes unchanged."""
+    transaction the ranks of its events, for sources the decoder's hold does not serve (plain
+    JSON). A chunk with nothing to hold passes unchanged."""
+    split = HeldSplit(publish)
     kept: list[RecordChunk] = []
-    held: list[pa.Table] = []
-    ranks: dict[str, list[int]] = {}
-    malformed = 0
     for chunk in chunks:
-        hold: list[tuple[int, str, int]] = []
         for i, value in enumerate(chunk.values):
-            try:
-                ref = event_ref(value)
-            except BadTransactionMetadata:
-                malformed += 1  # passes through like an event without a block; the driver warns
-                continue
-            if ref is None:
-                continue
-            txn, order = ref
-            orders = ranks.get(txn)
-            if orders is None:
-                ranks[txn] = [order]
-            else:
-                orders.append(order)
-            if txn not in publish:
-                hold.append((i, txn, order))
-        if not hold:
+            if value is not None:
+                split.raw(chunk, i, value)
+        holding = split.held_in(chunk)
+        if not holding:
             kept.append(chunk)
             continue
-        held.append(held_rows(chunk, hold))
-        holding = {i for i, _, _ in hold}
         rest = [i for i in range(len(chunk)) if i not in holding]
         if rest:
             kept.append(sub_chunk(chunk, rest))
-    rows = pa.concat_tables(held) if held else None
-    masks = {txn: mask_of(orders) for txn, orders in ranks.items()}
-    return kept, rows, TxnRanks.of(masks, malformed=malformed)
+    return kept, split.held(), split.txn_ranks()
 
 
 def read_chunks(ranges: Iterable[OffsetRange], kafka: SourceOptions) -> Iterator[RecordChunk]:

@@ -111,10 +111,18 @@ def is_transaction_topic(topic: str) -> bool:
 def normalise_id(raw: str) -> str:
     """The id that names a transaction in every record of it (see the module docstring).
 
+    :func:`_pg_id`'s test, inlined: tasks call this for every event."""
+    tx_id, colon, lsn = raw.partition(":")
+    return tx_id if colon and tx_id.isdecimal() and lsn.isdecimal() else raw
+
+
+def _pg_id(raw: str) -> tuple[str, str] | None:
+    """``(txId, lsn)`` of a PostgreSQL id ``<txId>:<lsn>``, None for any other shape.
+
     ``_PG_ID.fullmatch`` without the regex (tasks call it for every event): ``isdecimal`` is
     exactly ``\\d`` of a str pattern."""
     tx_id, colon, lsn = raw.partition(":")
-    return tx_id if colon and tx_id.isdecimal() and lsn.isdecimal() else raw
+    return (tx_id, lsn) if colon and tx_id.isdecimal() and lsn.isdecimal() else None
 
 
 def decode_marker(key: bytes | None, value: bytes | None) -> TransactionMarker | None:
@@ -205,16 +213,14 @@ def _typed_end(value: bytes) -> TransactionMarker | None:
         end = _END.decode(value)
     except msgspec.DecodeError:  # ValidationError included
         return None
-    raw = end.id
-    tx_id, colon, lsn = raw.partition(":")
-    pg = colon and tx_id.isdecimal() and lsn.isdecimal()
+    pg = _pg_id(end.id)
     return TransactionMarker(
         MarkerStatus.END,
-        tx_id if pg else raw,
+        end.id if pg is None else pg[0],
         end.event_count,
         tuple([(c.data_collection, c.event_count) for c in end.data_collections or ()]),
         end.ts_ms,
-        _position(int(lsn)) if pg else None,
+        None if pg is None else _position(int(pg[1])),
     )
 
 
