@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,7 +66,6 @@ from ingest.transactions.book import (
     Decision,
     PartitionTail,
     TransactionBook,
-    TxnEvents,
 )
 from ingest.transactions.markers import (
     BadTransactionMetadata,
@@ -195,16 +195,17 @@ class BatchTransactions:
     def decide(self, reports: Sequence[TaskReport]) -> Decision:
         """Take in what the tasks saw; raise :class:`CandidateNotPublished` if one of the
         transactions written directly is not published (the batch is written again)."""
-        events = merged_events(reports)
-        book = self.book.add_events(events, self.now)
-        decision = book.decide(self.now, self.policy.max_hold_s, self.policy.on_timeout)
+        policy = self.policy
+        decision, after = self.book.settle(
+            merged_ranks(reports), self.now, policy.max_hold_s, policy.on_timeout
+        )
         published = set(decision.publish)
         direct = self.candidates if self.cut is None else self.candidates[: self.cut]
         for i, txn in enumerate(direct):
             if txn not in published:
                 self.cut = i
                 raise CandidateNotPublished(txn)
-        self.decision, self.after = decision, book.apply(decision)
+        self.decision, self.after = decision, after
         return decision
 
     def job_state(self) -> dict[str, object]:
@@ -298,11 +299,12 @@ def read_markers(
     for rng in ranges:
         if not is_transaction_topic(rng.topic):
             continue
-        read = read_records(rng, kafka) if readahead is None else readahead.records(rng)
-        markers.extend(r.end for r in read if r.end is not None)
-        records[rng.topic] = records.get(rng.topic, 0) + len(read)
-        tombstones += sum(1 for r in read if r.tombstone)
-        stamps.extend(r.timestamp_ms for r in read[-1:] if r.timestamp_ms is not None)
+        runs = read_records(rng, kafka) if readahead is None else readahead.records(rng)
+        runs = [run for run in runs if run.records]
+        markers.extend(end for run in runs for end in run.ends if end is not None)
+        records[rng.topic] = records.get(rng.topic, 0) + sum(run.records for run in runs)
+        tombstones += sum(run.tombstones for run in runs)
+        stamps.extend(s for run in runs[-1:] if (s := run.last_timestamp_ms) is not None)
     total = sum(records.values())
     return markers, TaskReport(
         records=total,
@@ -394,14 +396,15 @@ def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
     return value
 
 
-def merged_events(reports: Sequence[TaskReport]) -> dict[str, TxnEvents]:
+def merged_ranks(reports: Sequence[TaskReport]) -> dict[str, int]:
     """Per transaction, the ranks every task saw of it (the union of the tasks' masks)."""
     seen: dict[str, int] = {}
     for report in reports:
-        for txn, mask in report.txn_ranks.items():
+        ranks = report.txn_ranks
+        for txn, mask in zip(ranks.ids, map(int, ranks.masks, repeat(16)), strict=True):
             known = seen.get(txn)
             seen[txn] = mask if known is None else known | mask
-    return {txn: TxnEvents(mask) for txn, mask in seen.items()}
+    return seen
 
 
 # -- publishing held events ----------------------------------------------------------------------

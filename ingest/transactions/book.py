@@ -25,7 +25,8 @@ the transaction topic), :meth:`~TransactionBook.frontier_candidates` (what tasks
 target tables directly), :meth:`~TransactionBook.add_events` (what the tasks saw),
 :meth:`~TransactionBook.decide`, then :meth:`~TransactionBook.apply` of that decision, whose
 result's :meth:`~TransactionBook.to_json` and :meth:`~TransactionBook.summary` go into the
-commit's ``job_state``.
+commit's ``job_state``. The sink does the last three in one step, :meth:`~TransactionBook.settle`
+(same result, less work for the many transactions a batch both ends and completes).
 """
 
 from __future__ import annotations
@@ -294,6 +295,7 @@ class TransactionBook:
         ended, open_ = list(self.ended), {t.id: t for t in self.open}
         late = {t.id: t for t in self.late}
         known = {t.id for t in self.ended} | set(self.recent)
+        shapes: dict[tuple[tuple[str, int], ...], _Shape] = {}
         for marker in markers:
             if marker.status is not MarkerStatus.END or marker.id in known:
                 continue
@@ -302,7 +304,7 @@ class TransactionBook:
                 continue
             state = open_.pop(marker.id, None)
             ended.append(
-                _ended(marker, wanted, now) if state is None else state.end(marker, wanted)
+                _ended(marker, wanted, now, shapes) if state is None else state.end(marker, wanted)
             )
             known.add(marker.id)
         return replace(
@@ -411,6 +413,52 @@ class TransactionBook:
             frontier=decision.frontier,
             warned_at=decision.decided_at if decision.warning is not None else self.warned_at,
         )
+
+    def settle(
+        self, seen: Mapping[str, int], now: float, max_hold: float, on_timeout: OnTimeout
+    ) -> tuple[Decision, TransactionBook]:
+        """:meth:`add_events` of a batch's ranks (``seen``: a mask per transaction, without
+        positions), :meth:`decide` and :meth:`apply` in one step, with the same result: the
+        decision and the book after it.
+
+        Why a step of its own: most transactions of a batch END in it and complete in it, at
+        the head of commit order, and the three steps built two states and three dictionaries
+        for each (~45 ms of a batch of 20,000 transactions). Here that complete head is counted
+        off first, without new states, and the three steps run on what is left."""
+        head = self._complete_head(seen)
+        if not head:
+            book = self.add_events(_ranks_only(seen), now)
+            decision = book.decide(now, max_hold, on_timeout)
+            return decision, book.apply(decision)
+        states = self.ended[:head]
+        head_ids = tuple([t.id for t in states])
+        taken = frozenset(head_ids)
+        rest = replace(self, ended=self.ended[head:], frontier=_prefix_point(states, self.frontier))
+        book = rest.add_events(_ranks_only(seen, leave_out=taken), now)
+        decision = book.decide(now, max_hold, on_timeout)
+        after = replace(book, recent=()).apply(decision)
+        # apply() lists the late transactions it forgets first, then those of commit order
+        late = {t.id for t in self.late}
+        n_late = next((i for i, txn in enumerate(after.recent) if txn not in late), None)
+        n_late = len(after.recent) if n_late is None else n_late
+        recent = (*self.recent, *after.recent[:n_late], *head_ids, *after.recent[n_late:])
+        return (
+            replace(decision, publish=head_ids + decision.publish),
+            replace(after, recent=recent[-RECENT_LIMIT:]),
+        )
+
+    def _complete_head(self, seen: Mapping[str, int]) -> int:
+        """How many END-known transactions, from the first, are complete with ``seen`` added."""
+        count = 0
+        for state in self.ended:
+            expected = state.expected
+            if expected is None:
+                break
+            mask = state.seen | seen.get(state.id, 0)
+            if ranges.count_mask(mask, state.total) < expected:
+                break
+            count += 1
+        return count
 
     # -- the direct path ---------------------------------------------------------------------
 
@@ -536,30 +584,59 @@ def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) ->
     return index.get(tail.txn, math.inf)
 
 
+#: What an END's data collections tell the book: the events the job awaits, the collections.
+_Shape = tuple[int | None, tuple[str, ...]]
+
+
 def _ended(
     marker: TransactionMarker,
     collections: frozenset[str] | None,
     first_seen: float,
+    shapes: dict[tuple[tuple[str, int], ...], _Shape] | None = None,
     *,
     seen: int = 0,
     max_position: str | None = None,
     max_ts_ms: int | None = None,
 ) -> TxnState:
     """The state of ``marker``'s transaction once its END is known; built in one step (most
-    transactions are first seen by their END: the driver reads markers before the tasks)."""
+    transactions are first seen by their END: the driver reads markers before the tasks).
+    ``shapes``: what earlier markers' collections gave, reused (a batch's tens of thousands of
+    markers name few combinations of tables and counts)."""
+    shape = None if shapes is None else shapes.get(marker.collections)
+    if shape is None:
+        shape = (marker.count_for(collections), tuple([name for name, _ in marker.collections]))
+        if shapes is not None and collections is not None and marker.collections:
+            shapes[marker.collections] = shape  # otherwise the count is the marker's own
     return TxnState(
         marker.id,
         first_seen,
         seen,
         True,
         marker.event_count,
-        marker.count_for(collections),
-        tuple([name for name, _ in marker.collections]),
+        shape[0],
+        shape[1],
         marker.ts_ms,
         marker.position,
         max_position,
         max_ts_ms,
     )
+
+
+def _ranks_only(
+    seen: Mapping[str, int], leave_out: frozenset[str] = frozenset()
+) -> dict[str, TxnEvents]:
+    return {txn: TxnEvents(mask) for txn, mask in seen.items() if txn not in leave_out}
+
+
+def _prefix_point(states: tuple[TxnState, ...], before: Point | None) -> Point:
+    """:func:`_point` folded over ``states`` (published in this order), in one step: the last
+    one, at the newest position any of them (or ``before``) had."""
+    last = states[-1]
+    position = next(
+        (p for t in reversed(states) if (p := t.end_position or t.max_position) is not None),
+        None if before is None else before.position,
+    )
+    return Point(last.id, position, last.ts_ms if last.ts_ms is not None else last.max_ts_ms)
 
 
 def _point(state: TxnState, before: Point | None) -> Point:

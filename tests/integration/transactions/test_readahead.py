@@ -12,7 +12,7 @@ import pytest
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
 from ingest.sink import readahead
-from ingest.sink.readahead import MarkerReadAhead, MarkerRecord, read_records
+from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
 from tests.fixtures.broker import KafkaTestHelper
 
 pytestmark = pytest.mark.integration
@@ -29,12 +29,12 @@ def markers(first: int, count: int) -> list[tuple[bytes | None, bytes | None]]:
     return records
 
 
-def ids(found: list[MarkerRecord]) -> list[str]:
+def ids(found: list[MarkerRun]) -> list[str]:
     """The transactions of the END markers among ``found``, after checking every record is
     there, in order."""
-    offsets = [r.offset for r in found]
+    offsets = [offset for run in found for offset in run.offsets]
     assert offsets == list(range(offsets[0], offsets[0] + len(offsets))) if offsets else True
-    return [r.end.id for r in found if r.end is not None]
+    return [end.id for run in found for end in run.ends if end is not None]
 
 
 @pytest.fixture

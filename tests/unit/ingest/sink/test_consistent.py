@@ -24,14 +24,14 @@ from ingest.sink.consistent import (
     collection_of,
     first_range,
     load_book,
-    merged_events,
+    merged_ranks,
     planned_ranges,
 )
 from ingest.sink.held import HELD_SCHEMA
 from ingest.sink.plan import Holding
 from ingest.sink.report import TaskReport, TxnRanks
 from ingest.transactions import MarkerStatus, OnTimeout, TransactionBook, TransactionMarker
-from ingest.transactions.ranges import to_mask
+from ingest.transactions.ranges import from_mask, to_mask
 
 POLICY = TxnPolicy(max_hold_s=300.0, on_timeout=OnTimeout.WAIT)
 
@@ -51,9 +51,9 @@ def batch(book: TransactionBook, candidates: tuple[str, ...]) -> BatchTransactio
 
 
 def test_tasks_reports_are_merged_per_transaction() -> None:
-    merged = merged_events([report(T1=[(1, 1)]), report(T1=[(2, 3)], T2=[(1, 1)])])
-    assert merged["T1"].orders == ((1, 3),)
-    assert merged["T2"].orders == ((1, 1),)
+    merged = merged_ranks([report(T1=[(1, 1)]), report(T1=[(2, 3)], T2=[(1, 1)])])
+    assert from_mask(merged["T1"]) == ((1, 3),)
+    assert from_mask(merged["T2"]) == ((1, 1),)
 
 
 def test_ranks_survive_the_report_json_and_count_once_across_tasks() -> None:
@@ -61,9 +61,9 @@ def test_ranks_survive_the_report_json_and_count_once_across_tasks() -> None:
     counts once, and a transaction of a million events costs no million-digit number."""
     huge = TxnRanks.of({"T1": to_mask(((1, 1_000_000),)), "T2": to_mask(((1, 2), (5, 5)))})
     back = TaskReport.model_validate_json(TaskReport(txn_ranks=huge).model_dump_json())
-    merged = merged_events([back, report(T2=[(2, 3)])])
-    assert merged["T1"].orders == ((1, 1_000_000),)
-    assert merged["T2"].orders == ((1, 3), (5, 5))
+    merged = merged_ranks([back, report(T2=[(2, 3)])])
+    assert from_mask(merged["T1"]) == ((1, 1_000_000),)
+    assert from_mask(merged["T2"]) == ((1, 3), (5, 5))
 
 
 def test_a_straggler_in_an_earlier_transaction_holds_back_every_later_one() -> None:

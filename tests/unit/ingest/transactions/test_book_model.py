@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from ingest.transactions import (
     TransactionMarker,
     TxnEvents,
 )
+from ingest.transactions import book as book_module
 from tests.unit.ingest.transactions.support import begin, end
 
 TABLES = ("public.a", "public.b", "public.c")
@@ -54,7 +56,10 @@ def sources(draw: st.DrawFn) -> Source:
             source.partitions[home].append((txn, rank))
             per_table[home[0]] = per_table.get(home[0], 0) + 1
         source.events[txn] = sum(1 for home in homes if home != UNREAD)
-        source.markers += [begin(txn), end(txn, len(homes), *per_table.items())]
+        marker = end(txn, len(homes), *per_table.items())
+        if draw(st.booleans()):  # a commit position (PostgreSQL ids carry one; others not)
+            marker = marker._replace(position=f"{len(source.markers):032x}")
+        source.markers += [begin(txn), marker]
     return source
 
 
@@ -102,8 +107,11 @@ class Run:
                 if txn is not None:
                     seen.setdefault(txn, []).append(rank)
                     self.delivered.setdefault(txn, set()).add(rank)
-        self.book = self.book.add_events({t: TxnEvents.of(r) for t, r in seen.items()}, now)
+        masks = {t: TxnEvents.of(r).ranks for t, r in seen.items()}
+        settled = self.book.settle(masks, now, hold, on)  # the sink's one step
+        self.book = self.book.add_events({t: TxnEvents(m) for t, m in masks.items()}, now)
         decision = self.book.decide(now, hold, on)
+        assert settled == (decision, self.book.apply(decision))
         restored = TransactionBook.from_json(json.loads(json.dumps(self.book.to_json())))
         assert restored == self.book
         assert restored.decide(now, hold, on) == decision
@@ -221,3 +229,18 @@ def test_a_job_not_told_its_tables_waits_for_events_of_tables_it_does_not_read(
 
 def _touches(source: Source, txn: str) -> bool:
     return any(t == txn for t, _ in source.partitions[UNREAD])
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs(), st.floats(0, 4))
+def test_settle_keeps_the_order_of_what_the_book_remembers_when_it_forgets(
+    case: tuple[Source, Cuts], hold: float
+) -> None:
+    """:meth:`TransactionBook.settle` equals add_events + decide + apply (checked in every
+    run's batches) also when the remembered ids and late transactions overflow their limits."""
+    source, cuts = case
+    run = Run(source)
+    with patch.object(book_module, "RECENT_LIMIT", 2), patch.object(book_module, "LATE_LIMIT", 1):
+        for i, cut in enumerate(cuts):
+            run.batch(cut, now=float(i), hold=hold, on=OnTimeout.PUBLISH)
+    assert len(run.book.recent) <= 2
