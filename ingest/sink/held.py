@@ -30,7 +30,7 @@ from ingest.debezium import RecordChunk, TransactionBlock
 from ingest.errors import IngestError
 from ingest.sink.report import TxnRanks
 from ingest.transactions import BadTransactionMetadata, normalise_id
-from ingest.transactions.ranges import MAX_RANK, mask_of
+from ingest.transactions.ranges import BITWISE_LIMIT, MAX_RANK, mask_of
 
 HELD_NAMESPACE = "lakestream_jobs"
 HELD_SCHEMA = pa.schema([
@@ -170,8 +170,11 @@ class HeldSplit:
 
     def __init__(self, publish: frozenset[str]) -> None:
         self.publish = publish
-        #: Per transaction, the ranks of its events seen (held or not).
-        self.ranks: dict[str, list[int]] = {}
+        #: Per transaction, the ranks of its events seen (held or not), as a mask (bit n for
+        #: rank n) built event by event; ranks beyond ``BITWISE_LIMIT`` wait in lists (see
+        #: :func:`~ingest.transactions.ranges.mask_of`).
+        self.masks: dict[str, int] = {}
+        self._wide: dict[str, list[int]] = {}
         self.malformed = 0
         self._held: dict[int, tuple[RecordChunk, list[tuple[int, str, int]]]] = {}
 
@@ -180,16 +183,17 @@ class HeldSplit:
     ) -> bool:
         if block is None:
             return False  # null or no block: an event without metadata
-        # block_ref and normalise_id, inlined: this runs for every event a task reads
+        # block_ref, normalise_id and _take, inlined: this runs for every event a task reads
         raw, order = block.id, block.total_order
         if type(raw) is not str or not raw or type(order) is not int:
             return self.raw(chunk, index, value)  # odd but maybe readable: as event_ref reads
-        if not 1 <= order <= MAX_RANK:
-            self.malformed += 1
-            return False
+        if not 1 <= order <= BITWISE_LIMIT:
+            return self._take_wide(chunk, index, normalise_id(raw), order)
         tx_id, colon, lsn = raw.partition(":")
         txn = tx_id if colon and tx_id.isdecimal() and lsn.isdecimal() else raw
-        return self._take(chunk, index, txn, order)
+        masks = self.masks
+        masks[txn] = masks.get(txn, 0) | 1 << order
+        return txn not in self.publish and self._hold(chunk, index, txn, order)
 
     def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
         try:
@@ -197,16 +201,22 @@ class HeldSplit:
         except BadTransactionMetadata:
             self.malformed += 1
             return False
-        return ref is not None and self._take(chunk, index, *ref)
-
-    def _take(self, chunk: RecordChunk, index: int, txn: str, order: int) -> bool:
-        orders = self.ranks.get(txn)
-        if orders is None:
-            self.ranks[txn] = [order]
-        else:
-            orders.append(order)
-        if txn in self.publish:
+        if ref is None:
             return False
+        txn, order = ref
+        if order > BITWISE_LIMIT:
+            return self._take_wide(chunk, index, txn, order)
+        self.masks[txn] = self.masks.get(txn, 0) | 1 << order
+        return txn not in self.publish and self._hold(chunk, index, txn, order)
+
+    def _take_wide(self, chunk: RecordChunk, index: int, txn: str, order: int) -> bool:
+        if not 1 <= order <= MAX_RANK:
+            self.malformed += 1
+            return False
+        self._wide.setdefault(txn, []).append(order)
+        return txn not in self.publish and self._hold(chunk, index, txn, order)
+
+    def _hold(self, chunk: RecordChunk, index: int, txn: str, order: int) -> bool:
         picks = self._held.get(id(chunk))
         if picks is None:
             picks = self._held[id(chunk)] = (chunk, [])
@@ -225,7 +235,11 @@ class HeldSplit:
 
     def txn_ranks(self) -> TxnRanks:
         """Per transaction the ranks seen, as a task reports them."""
-        masks = {txn: mask_of(orders) for txn, orders in self.ranks.items()}
+        masks = self.masks
+        if self._wide:
+            masks = dict(masks)
+            for txn, orders in self._wide.items():
+                masks[txn] = masks.get(txn, 0) | mask_of(orders)
         return TxnRanks.of(masks, malformed=self.malformed)
 
 

@@ -36,13 +36,13 @@ def ranges_of(orders: Iterable[int]) -> Ranges:
 MAX_RANK = 1 << 28
 #: Ranks up to this are set bit by bit; a transaction with greater ones goes through ranges
 #: (one shift per range instead of one per rank on an ever wider int).
-_BITWISE_LIMIT = 4096
+BITWISE_LIMIT = 4096
 
 
 def mask_of(orders: Iterable[int]) -> int:
     """The mask of ``orders`` (any order, duplicates allowed)."""
     ranks = orders if isinstance(orders, list) else list(orders)
-    if ranks and max(ranks) > _BITWISE_LIMIT:
+    if ranks and max(ranks) > BITWISE_LIMIT:
         return to_mask(ranges_of(ranks))
     mask = 0
     for n in ranks:
