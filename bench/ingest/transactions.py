@@ -10,8 +10,15 @@ BEGIN and an END (with per-table counts) per transaction.
 Both modes read the same topics (the transaction topic included; ``eventual`` ignores it) into
 tables created up front, one after another, never in parallel, ``--repeat`` rounds with the order
 rotated; the report gives events/s end to end (``run_ingest`` start to end) per run and the ratio
-of the medians (goal: consistent >= 0.9x eventual). Checked after each run: every table holds
-its distinct keys, no dead letters, and in consistent mode nothing is left held.
+of the medians (goal: consistent >= 0.9x eventual), and the CPU seconds each run's processes
+used by component (``cpu.py``: driver, JVM, Spark's Python workers, broker). Checked after each
+run: every table holds its distinct keys, no dead letters, and in consistent mode nothing is
+left held.
+
+Before the measured runs each mode ingests ``--warmup-events`` (default: one batch,
+``--max-offsets``) of another workload: the JVM compiles its hot paths over the first few
+hundred thousand records, and with a warm-up of 20,000 the first measured run paid for it (the
+JVM used ~7 s of CPU in it against ~4 s in the later ones, whichever mode ran first).
 
     python -m bench.ingest.transactions [--events 1000000] [--transactions both|consistent|eventual]
 """
@@ -35,6 +42,7 @@ import orjson
 import psycopg
 from confluent_kafka import Producer
 
+from bench.ingest import cpu
 from bench.ingest.tables import create_cdc_table
 from bench.ingest.workload import PRIMARY_KEY, Workload, _Encoder, generate, send, source_schema
 from catalog import Catalog
@@ -165,6 +173,8 @@ class Run:
     seconds: float
     events: int
     batches: int
+    cpu: dict[str, float]
+    """CPU seconds by component (``cpu.COMPONENTS``)."""
 
     @property
     def rate(self) -> float:
@@ -196,11 +206,12 @@ def run_mode(
         max_offsets_per_trigger=max_offsets,
         transactions=mode,
     )
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), cpu.snapshot()
     result = run_ingest(config, spark, catalog)
     seconds = time.perf_counter() - started
+    used = cpu.delta(cpu_before, cpu.snapshot())
     check(catalog, work, config, tables, mode)
-    return Run(mode, round_no, seconds, work.base.events, result.batches_committed)
+    return Run(mode, round_no, seconds, work.base.events, result.batches_committed, used)
 
 
 def check(
@@ -232,7 +243,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--max-offsets", type=int, default=250_000)
     parser.add_argument("--buckets", type=int, default=4)
-    parser.add_argument("--warmup-events", type=int, default=20_000)
+    parser.add_argument("--warmup-events", type=int,
+                        help="events each mode ingests before the measured runs "
+                             "(default: --max-offsets, one batch)")  # fmt: skip
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--log", type=Path, help="the jobs' log lines (JSON) into this file")
     return parser.parse_args(argv)
@@ -240,6 +253,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.warmup_events is None:
+        args.warmup_events = args.max_offsets
     modes = (
         [TransactionMode.EVENTUAL, TransactionMode.CONSISTENT]
         if args.transactions == "both"
@@ -295,13 +310,14 @@ def report(runs: list[Run], args: argparse.Namespace, load: tuple[float, float, 
         f"command: python -m bench.ingest.transactions {' '.join(sys.argv[1:])}",
         f"events {args.events:,}, keys {args.keys:,}, tables {TABLES} x {PARTITIONS} partitions, "
         f"transactions of 1-20 events, maxOffsetsPerTrigger {args.max_offsets:,}, "
-        f"buckets {args.buckets}; load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+        f"buckets {args.buckets}, warm-up {args.warmup_events:,} events "
+        f"a mode; load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
         "",
-        "| mode | round | seconds | events/s | batches |",
-        "| --- | --- | --- | --- | --- |",
+        "| mode | round | seconds | events/s | batches | CPU s: driver / JVM / workers / broker |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [f"| {r.mode.value} | {r.round} | {r.seconds:.1f} | {r.rate:,.0f} | {r.batches} |"
-              for r in runs]  # fmt: skip
+    lines += [f"| {r.mode.value} | {r.round} | {r.seconds:.1f} | {r.rate:,.0f} | {r.batches} | "
+              f"{_cpu(r)} |" for r in runs]  # fmt: skip
     medians = {
         m: statistics.median(r.rate for r in runs if r.mode is m) for m in {r.mode for r in runs}
     }
@@ -311,6 +327,11 @@ def report(runs: list[Run], args: argparse.Namespace, load: tuple[float, float, 
         ratio = medians[TransactionMode.CONSISTENT] / medians[TransactionMode.EVENTUAL]
         lines.append(f"consistent / eventual: {ratio:.2f}x (goal >= 0.9x)")
     return "\n".join(lines)
+
+
+def _cpu(run: Run) -> str:
+    parts = [run.cpu[name] for name in ("driver", "jvm", "python workers", "broker")]
+    return " / ".join(f"{seconds:.1f}" for seconds in parts)
 
 
 if __name__ == "__main__":
