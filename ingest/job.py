@@ -90,7 +90,12 @@ def run_ingest(
     )
     if config.fail_at is not None:
         config.fail_at.trip(Failpoint.BEFORE_QUERY)
-    query = _start(config, spark, sink, options)
+    sink.read_ahead_first(start.offsets)
+    try:
+        query = _start(config, spark, sink, options)
+    except BaseException:
+        sink.close()
+        raise
     try:
         _await(query, stop or threading.Event())
     except Exception as exc:

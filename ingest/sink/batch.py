@@ -53,6 +53,8 @@ from catalog.logs import get_logger
 from ingest.config import IngestJobConfig
 from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.failpoints import Failpoint
+from ingest.kafka.offsets import OffsetsJson
+from ingest.kafka.offsets import from_json as offsets_from_json
 from ingest.kafka.options import SourceOptions
 from ingest.logs import driver_level
 from ingest.sink.consistent import (
@@ -62,6 +64,7 @@ from ingest.sink.consistent import (
     batch_ranges,
     load_book,
     release_held,
+    resumed_start,
     start_batch,
 )
 from ingest.sink.decoding import BatchDecoders
@@ -186,6 +189,19 @@ class BatchSink:
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka)
+
+    def read_ahead_first(self, start: OffsetsJson | None) -> None:
+        """``transactions: consistent``: begin reading the first batch's range of the
+        transaction topic now, while Spark starts the query (``start``: where the job starts
+        in every partition, None when Spark's checkpoint decides; see
+        :meth:`MarkerReadAhead.begin_first`)."""
+        if not self.settings.consistent:
+            return
+        if start is None:
+            start = resumed_start(self.settings.config.checkpoint)
+        if start:
+            limit = self.settings.kafka.max_offsets_per_trigger
+            self._readahead.begin_first(offsets_from_json(start), limit)
 
     def close(self) -> None:
         """Stop reading ahead (the query has ended: no batch will use it)."""
@@ -394,6 +410,7 @@ class BatchSink:
         bound.info(
             "batch_transactions",
             markers=txn.markers,
+            markers_read_ahead=txn.markers_read_ahead,
             candidates=len(txn.publish - txn.settled),
             published=len(decision.publish),
             exceptions=list(decision.exceptions),

@@ -146,6 +146,28 @@ def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | None:
     return ranges
 
 
+def resumed_start(checkpoint: Path) -> dict[str, dict[str, int]] | None:
+    """Where the query's next batch starts by Spark's logs: the end of the last planned batch
+    once it committed, else (it runs again) the start of that batch. None when there is no
+    batch yet or a log cannot be read: then nothing reads ahead for it."""
+    planned = _last_batch(checkpoint / "offsets")
+    if planned is None:
+        return None
+    if _last_batch(checkpoint / "commits") == planned:
+        return _logged_offsets(checkpoint / "offsets" / str(planned))
+    if planned > 0:
+        return _logged_offsets(checkpoint / "offsets" / str(planned - 1))
+    saved = startpoint.read_state(checkpoint).saved
+    return saved.offsets if saved is not None else None
+
+
+def _last_batch(log_dir: Path) -> int | None:
+    try:
+        return max((int(e.name) for e in log_dir.iterdir() if e.name.isdigit()), default=None)
+    except OSError:
+        return None
+
+
 def _logged_offsets(path: Path) -> dict[str, dict[str, int]] | None:
     try:
         lines = path.read_text().splitlines()
@@ -180,6 +202,8 @@ class BatchTransactions:
     markers: int = 0
     marker_report: TaskReport = field(default_factory=TaskReport)
     """The transaction topic's records this driver read (the tasks skip them)."""
+    markers_read_ahead: int = 0
+    """Of those, the records a read-ahead had read before the batch asked."""
     timings: dict[str, int] = field(default_factory=dict)
     """Milliseconds of the work before the tasks, for the batch's log line."""
     owner: tuple[str, int, int] | None = None
@@ -245,7 +269,7 @@ def start_batch(
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=1) as pool:
         tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
-        markers, report = read_markers(ranges, kafka, readahead)
+        markers, report, read_ahead = read_markers(ranges, kafka, readahead)
         read_ms = _ms_since(started)
         loaded, book = book, book.add_markers(markers, now)
         tails, tails_ms = tails_read.result()
@@ -264,6 +288,7 @@ def start_batch(
         loaded=loaded,
         markers=len(markers),
         marker_report=report,
+        markers_read_ahead=read_ahead,
         owner=first_range(ranges),
         timings={"markers_ms": read_ms, "tails_ms": tails_ms},
     )
@@ -289,30 +314,36 @@ def first_range(ranges: Sequence[OffsetRange]) -> tuple[str, int, int] | None:
 
 def read_markers(
     ranges: Sequence[OffsetRange], kafka: SourceOptions, readahead: MarkerReadAhead | None = None
-) -> tuple[list[TransactionMarker], TaskReport]:
-    """The END markers of the batch's ranges of transaction topics, and the figures of the
-    records read, as a task would report them (records, ignored, tombstones, newest time);
-    from ``readahead`` where it read them during the batch before."""
+) -> tuple[list[TransactionMarker], TaskReport, int]:
+    """The END markers of the batch's ranges of transaction topics, the figures of the
+    records read, as a task would report them (records, ignored, tombstones, newest time), and
+    how many of the records ``readahead`` had read (during the batch before, or as the job
+    started)."""
     markers: list[TransactionMarker] = []
     records: dict[str, int] = {}
-    tombstones, stamps = 0, list[int]()
+    tombstones, stamps, ahead = 0, list[int](), 0
     for rng in ranges:
         if not is_transaction_topic(rng.topic):
             continue
-        runs = read_records(rng, kafka) if readahead is None else readahead.records(rng)
+        if readahead is None:
+            runs = read_records(rng, kafka)
+        else:
+            runs = readahead.records(rng)
+            ahead += readahead.last_served
         runs = [run for run in runs if run.records]
         markers.extend(end for run in runs for end in run.ends if end is not None)
         records[rng.topic] = records.get(rng.topic, 0) + sum(run.records for run in runs)
         tombstones += sum(run.tombstones for run in runs)
         stamps.extend(s for run in runs[-1:] if (s := run.last_timestamp_ms) is not None)
     total = sum(records.values())
-    return markers, TaskReport(
+    report = TaskReport(
         records=total,
         topics={topic: TopicFigures(records=n) for topic, n in records.items()},
         ignored=total - tombstones,
         tombstones=tombstones,
         max_timestamp_ms=max(stamps, default=None),
     )
+    return markers, report, ahead
 
 
 def partition_tails(
@@ -496,5 +527,6 @@ __all__ = [
     "chunks_of",
     "load_book",
     "release_held",
+    "resumed_start",
     "start_batch",
 ]

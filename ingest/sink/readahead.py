@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from confluent_kafka import Message
 
 from catalog.logs import get_logger
 from ingest.kafka.brokerview import STARTUP_CHECK, BrokerView
-from ingest.kafka.offsets import OffsetRange, PartitionId
+from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
-from ingest.transactions.markers import TransactionMarker, decode_end
+from ingest.transactions.markers import TransactionMarker, decode_end, is_transaction_topic
 
 log = get_logger("lakestream.ingest")
 
@@ -110,9 +111,12 @@ class MarkerReadAhead:
     def __init__(self, kafka: SourceOptions) -> None:
         self.kafka = kafka
         self._ahead: dict[tuple[str, int], _Ahead] = {}
+        #: Records the last :meth:`records` took from a read-ahead (the batch's log line).
+        self.last_served = 0
 
     def records(self, rng: OffsetRange) -> list[MarkerRun]:
         """The records of ``rng`` in offset order, from the read-ahead where it covers them."""
+        self.last_served = 0
         ahead = self._ahead.pop((rng.topic, rng.partition), None)
         if ahead is None or ahead.start != rng.start:
             if ahead is not None:
@@ -122,6 +126,7 @@ class MarkerReadAhead:
         if failed is not None:
             log.warning("transaction_read_ahead_failed", topic=rng.topic, error=str(failed))
             return read_records(rng, self.kafka)
+        self.last_served = sum(run.records for run in found)
         if covered < rng.end:
             rest = OffsetRange(rng.topic, rng.partition, max(covered, rng.start), rng.end)
             found += read_records(rest, self.kafka)
@@ -129,16 +134,34 @@ class MarkerReadAhead:
 
     def begin(self, rng: OffsetRange, limit: int) -> None:
         """Start reading the partition of ``rng`` from its end, at most ``limit`` records."""
-        key = (rng.topic, rng.partition)
+        pid = PartitionId(rng.topic, rng.partition)
+        self._launch(pid, rng.end, lambda: min(_high_watermark(pid, self.kafka), rng.end + limit))
+
+    def begin_first(self, start: Mapping[PartitionId, int], max_rows: int | None) -> None:
+        """Start reading, for a job's first batch, each transaction-topic partition of
+        ``start`` (where the job starts in every partition it reads) up to where that batch
+        will likely end: the source's split of ``max_rows`` over the partitions' backlogs
+        (:func:`~ingest.kafka.offsets.next_end`), with the ends the broker has now.
+
+        Why: nothing ran before the first batch to read its markers ahead, and a job restarted
+        after a while finds a backlog; this reads it while Spark starts the query. A batch that
+        ends elsewhere cuts what was read, or reads the rest, as any batch does."""
+        for pid, offset in start.items():
+            if is_transaction_topic(pid.topic):
+                self._launch(pid, offset, partial(_first_end, pid, start, max_rows, self.kafka))
+
+    def _launch(self, pid: PartitionId, start: int, end_of: Callable[[], int]) -> None:
+        """A thread reading ``pid`` from ``start`` up to ``end_of()`` (asked in the thread)."""
+        key = (pid.topic, pid.partition)
         previous = self._ahead.pop(key, None)
         if previous is not None:
             previous.stop.set()
-        ahead = _Ahead(start=rng.end)
+        ahead = _Ahead(start=start)
         self._ahead[key] = ahead
         thread = threading.Thread(
             target=self._read,
-            args=(rng.topic, rng.partition, ahead, limit),
-            name=f"lakestream-readahead-{rng.topic}-{rng.partition}",
+            args=(pid, ahead, end_of),
+            name=f"lakestream-readahead-{pid.topic}-{pid.partition}",
             daemon=True,
         )
         thread.start()
@@ -148,11 +171,11 @@ class MarkerReadAhead:
             ahead.stop.set()
         self._ahead.clear()
 
-    def _read(self, topic: str, partition: int, ahead: _Ahead, limit: int) -> None:
+    def _read(self, pid: PartitionId, ahead: _Ahead, end_of: Callable[[], int]) -> None:
         try:
-            end = min(_high_watermark(topic, partition, self.kafka), ahead.start + limit)
+            end = end_of()
             if end > ahead.start:
-                self._fill(OffsetRange(topic, partition, ahead.start, end), ahead)
+                self._fill(OffsetRange(pid.topic, pid.partition, ahead.start, end), ahead)
         except Exception as exc:  # the batch reads synchronously instead
             with ahead.changed:
                 ahead.failed = exc
@@ -179,13 +202,23 @@ def read_records(rng: OffsetRange, kafka: SourceOptions) -> list[MarkerRun]:
     return [MarkerRun.of(messages) for messages in read_messages(rng, kafka)]
 
 
-def _high_watermark(topic: str, partition: int, kafka: SourceOptions) -> int:
+def _high_watermark(pid: PartitionId, kafka: SourceOptions) -> int:
     """Where the partition ends now; briefly patient with the broker (the batch reads for
     itself what a read-ahead that failed did not)."""
+    return _latest([pid], kafka)[pid]
+
+
+def _first_end(
+    pid: PartitionId, start: Mapping[PartitionId, int], max_rows: int | None, kafka: SourceOptions
+) -> int:
+    """Where the first batch will likely end in ``pid`` (see ``begin_first``)."""
+    return next_end(start, _latest(list(start), kafka), {}, max_rows)[pid]
+
+
+def _latest(pids: list[PartitionId], kafka: SourceOptions) -> dict[PartitionId, int]:
     view = BrokerView(kafka.kafka_config, STARTUP_CHECK)
     try:
-        pid = PartitionId(topic, partition)
-        return view.latest([pid])[pid]
+        return view.latest(pids)
     finally:
         view.close()
 

@@ -80,6 +80,8 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     batches = [line for line in lines if line["event"] == "batch_transactions"]
     # events held by one batch were published or held again by a task of the next
     assert any(line["dissolved"] > 0 for line in batches)
+    # the restarted job's first batch found its markers read while the query started
+    assert batches[0]["markers"] > 0 and batches[0]["markers_read_ahead"] > 0
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]

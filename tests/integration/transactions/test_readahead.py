@@ -9,7 +9,8 @@ import itertools
 import orjson
 import pytest
 
-from ingest.kafka.offsets import OffsetRange
+from ingest.kafka.localbroker import create_topic
+from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.sink import readahead
 from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
@@ -109,3 +110,48 @@ def test_a_failed_read_ahead_costs_only_time(
     ahead.begin(first, limit=100)
     rng = OffsetRange(name, 0, 100, 200)
     assert ids(ahead.records(rng)) == [str(t) for t in range(51, 101)]
+
+
+@pytest.fixture
+def job_topics(kafka: KafkaTestHelper) -> tuple[str, str, SourceOptions]:
+    """A transaction topic (offsets 0..199) and a data topic (0..299) of one job."""
+    name = kafka.topic()
+    txn = f"{name}.transaction"
+    create_topic(kafka.bootstrap_servers, txn, 1)
+    kafka.produce(txn, markers(1, 100), partition=0)
+    kafka.produce(name, [(None, b"{}")] * 300, partition=0)
+    return txn, name, SourceOptions(kafka_config={"bootstrap.servers": kafka.bootstrap_servers})
+
+
+def test_the_first_batch_is_served_by_a_read_ahead_begun_as_the_job_starts(
+    job_topics: tuple[str, str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It reads from where the job starts up to where the source's split of
+    maxOffsetsPerTrigger over the backlogs ends the first batch; data topics are not read."""
+    txn, data, options = job_topics
+    start = {PartitionId(txn, 0): 50, PartitionId(data, 0): 0}
+    end = next_end(start, {PartitionId(txn, 0): 200, PartitionId(data, 0): 300}, {}, 120)
+    assert 50 < end[PartitionId(txn, 0)] < 200  # the limit splits over both topics
+    ahead = MarkerReadAhead(options)
+    ahead.begin_first(start, max_rows=120)
+
+    def no_reading(*_: object) -> list[object]:
+        raise AssertionError("the batch read its range itself")
+
+    monkeypatch.setattr(readahead, "read_records", no_reading)
+    first = OffsetRange(txn, 0, 50, end[PartitionId(txn, 0)])
+    got = ahead.records(first)
+    assert ids(got) == [str(t) for t in range(26, first.end // 2 + 1)]
+    assert ahead.last_served == first.end - first.start
+    ahead.close()
+
+
+def test_a_first_batch_larger_than_the_read_ahead_reads_the_rest(
+    job_topics: tuple[str, str, SourceOptions],
+) -> None:
+    txn, data, options = job_topics
+    ahead = MarkerReadAhead(options)
+    ahead.begin_first({PartitionId(txn, 0): 0, PartitionId(data, 0): 0}, max_rows=100)
+    assert ids(ahead.records(OffsetRange(txn, 0, 0, 200))) == [str(t) for t in range(1, 101)]
+    assert 0 < ahead.last_served < 200
+    ahead.close()

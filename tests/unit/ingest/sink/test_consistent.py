@@ -26,6 +26,7 @@ from ingest.sink.consistent import (
     load_book,
     merged_ranks,
     planned_ranges,
+    resumed_start,
 )
 from ingest.sink.held import HELD_SCHEMA
 from ingest.sink.plan import Holding
@@ -144,6 +145,20 @@ def test_planned_ranges_are_unknown_without_the_batch_before_or_a_partition_star
     write_offsets(tmp_path, 4, {"b": {"0": 1}})
     assert planned_ranges(tmp_path, 5) is None  # a partition the batch before did not have
     assert planned_ranges(tmp_path, 0) is None  # batch 0 without a saved start
+
+
+def test_a_resumed_query_starts_after_its_last_committed_batch_or_runs_the_last_again(
+    tmp_path: Path,
+) -> None:
+    assert resumed_start(tmp_path) is None  # no batch planned: the job's start decides
+    write_offsets(tmp_path, 3, {"a": {"0": 10}})
+    write_offsets(tmp_path, 4, {"a": {"0": 20}})
+    assert resumed_start(tmp_path) == {"a": {"0": 10}}  # batch 4 is run again
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "4").write_text("v1\n{}")
+    assert resumed_start(tmp_path) == {"a": {"0": 20}}  # batch 5 starts where 4 ended
+    (tmp_path / "offsets" / "4").write_text("garbage")
+    assert resumed_start(tmp_path) is None
 
 
 def test_the_first_range_dissolves_the_held_files_and_only_its_task() -> None:
