@@ -15,10 +15,12 @@ used by component (``cpu.py``: driver, JVM, Spark's Python workers, broker). Che
 run: every table holds its distinct keys, no dead letters, and in consistent mode nothing is
 left held.
 
-Before the measured runs each mode ingests ``--warmup-events`` (default: one batch,
-``--max-offsets``) of another workload: the JVM compiles its hot paths over the first few
-hundred thousand records, and with a warm-up of 20,000 the first measured run paid for it (the
-JVM used ~7 s of CPU in it against ~4 s in the later ones, whichever mode ran first).
+Before the measured runs each mode ingests ``--warmup-events`` (default: as many as
+``--events``) of another workload: the JVM compiles its hot paths over the first million or so
+records. With a warm-up of 20,000 the first measured run paid for it (its JVM used ~7 s of CPU
+against ~3.5 s in the later ones, whichever mode ran first), with 250,000 still ~5.5 s; eventual
+runs first in round 0, so its median averaged a cold run with a warm one and the ratio read
+0.04-0.08 too high.
 
     python -m bench.ingest.transactions [--events 1000000] [--transactions both|consistent|eventual]
 """
@@ -245,7 +247,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--warmup-events", type=int,
                         help="events each mode ingests before the measured runs "
-                             "(default: --max-offsets, one batch)")  # fmt: skip
+                             "(default: as many as --events)")  # fmt: skip
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--log", type=Path, help="the jobs' log lines (JSON) into this file")
     return parser.parse_args(argv)
@@ -254,7 +256,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.warmup_events is None:
-        args.warmup_events = args.max_offsets
+        args.warmup_events = args.events
     modes = (
         [TransactionMode.EVENTUAL, TransactionMode.CONSISTENT]
         if args.transactions == "both"
