@@ -128,11 +128,7 @@ def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | None:
     before, or batch 0's saved start (:mod:`ingest.startpoint`), their starts. None when either
     is missing or a partition has no start (the caller then asks the batch)."""
     end = _logged_offsets(checkpoint / "offsets" / str(batch_id))
-    if batch_id > 0:
-        start = _logged_offsets(checkpoint / "offsets" / str(batch_id - 1))
-    else:
-        saved = startpoint.read_state(checkpoint).saved
-        start = saved.offsets if saved is not None else None
+    start = _batch_start(checkpoint, batch_id)
     if end is None or start is None:
         return None
     ranges = []
@@ -155,8 +151,13 @@ def resumed_start(checkpoint: Path) -> dict[str, dict[str, int]] | None:
         return None
     if _last_batch(checkpoint / "commits") == planned:
         return _logged_offsets(checkpoint / "offsets" / str(planned))
-    if planned > 0:
-        return _logged_offsets(checkpoint / "offsets" / str(planned - 1))
+    return _batch_start(checkpoint, planned)
+
+
+def _batch_start(checkpoint: Path, batch_id: int) -> dict[str, dict[str, int]] | None:
+    """Where ``batch_id`` starts: the end of the batch before, or batch 0's saved start."""
+    if batch_id > 0:
+        return _logged_offsets(checkpoint / "offsets" / str(batch_id - 1))
     saved = startpoint.read_state(checkpoint).saved
     return saved.offsets if saved is not None else None
 

@@ -201,10 +201,12 @@ class HeldSplit:
         except BadTransactionMetadata:
             self.malformed += 1
             return False
-        if ref is None:
-            return False
-        txn, order = ref
-        if order > BITWISE_LIMIT:
+        return ref is not None and self._take(chunk, index, *ref)
+
+    def _take(self, chunk: RecordChunk, index: int, txn: str, order: int) -> bool:
+        """Count the event's rank; hold it unless its transaction is published (:meth:`fast`
+        does the same inline)."""
+        if not 1 <= order <= BITWISE_LIMIT:
             return self._take_wide(chunk, index, txn, order)
         self.masks[txn] = self.masks.get(txn, 0) | 1 << order
         return txn not in self.publish and self._hold(chunk, index, txn, order)
