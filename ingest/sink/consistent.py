@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from itertools import repeat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,7 +60,7 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
 from ingest.sink.readahead import MarkerReadAhead, read_records
-from ingest.sink.report import TaskReport, TopicFigures, WrittenFile
+from ingest.sink.report import TaskReport, TopicFigures, WrittenFile, merged_masks
 from ingest.transactions.book import (
     Decision,
     PartitionTail,
@@ -430,13 +429,7 @@ def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
 
 def merged_ranks(reports: Sequence[TaskReport]) -> dict[str, int]:
     """Per transaction, the ranks every task saw of it (the union of the tasks' masks)."""
-    seen: dict[str, int] = {}
-    for report in reports:
-        ranks = report.txn_ranks
-        for txn, mask in zip(ranks.ids, map(int, ranks.masks, repeat(16)), strict=True):
-            known = seen.get(txn)
-            seen[txn] = mask if known is None else known | mask
-    return seen
+    return merged_masks(r.txn_ranks for r in reports)
 
 
 # -- publishing held events ----------------------------------------------------------------------

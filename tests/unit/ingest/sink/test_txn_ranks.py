@@ -1,0 +1,47 @@
+"""The tasks' rank masks on their way to the driver: packed, through the report's JSON, merged."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ingest.sink.report import TaskReport, TxnRanks, merged_masks
+
+ids = st.sampled_from(["1", "2", "mysql-bin.000003:1234", "é\x00\"'\n", ""])
+#: Ranks start at 1; rank 63 is the widest that travels as uint64, 64 the narrowest wide one.
+ranks = st.sets(st.sampled_from([1, 2, 5, 62, 63, 64, 65, 200, 5000]), min_size=1)
+task_masks = st.dictionaries(ids, ranks.map(lambda rs: sum(1 << r for r in rs)), max_size=5)
+
+
+def through_json(masks: dict[str, int]) -> TxnRanks:
+    report = TaskReport(txn_ranks=TxnRanks.of(masks))
+    return TaskReport.model_validate_json(report.model_dump_json()).txn_ranks
+
+
+@given(st.lists(task_masks, max_size=4))
+def test_the_driver_gets_the_union_of_every_tasks_ranks(tasks: list[dict[str, int]]) -> None:
+    """Whatever the ids, however wide the masks, a rank two tasks saw counts once and no rank
+    is lost between a task's masks and the driver's union."""
+    expected: dict[str, int] = {}
+    for masks in tasks:
+        for txn, mask in masks.items():
+            expected[txn] = expected.get(txn, 0) | mask
+    assert merged_masks(through_json(masks) for masks in tasks) == expected
+
+
+@given(task_masks)
+def test_a_report_gives_back_the_masks_it_was_made_of(masks: dict[str, int]) -> None:
+    back = through_json(masks)
+    assert dict(back.items()) == masks
+    assert len(back) == len(masks)
+
+
+def test_only_masks_past_64_bits_travel_as_hex() -> None:
+    ranks = TxnRanks.of({"narrow": 1 << 63, "wide": 1 << 64})
+    assert ranks.wide_ids == ["wide"]
+    assert ranks.narrow()["id"].to_pylist() == ["narrow"]
+
+
+def test_no_reports_merge_to_nothing() -> None:
+    assert merged_masks([]) == {}
+    assert merged_masks([TxnRanks(), TxnRanks.of({})]) == {}
