@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -60,9 +61,12 @@ from ingest.logs import driver_level
 from ingest.sink.consistent import (
     BatchTransactions,
     CandidateNotPublished,
+    PreparedStart,
     TxnPolicy,
     batch_ranges,
     load_book,
+    prepare_start,
+    read_ahead_next,
     release_held,
     resumed_start,
     start_batch,
@@ -189,6 +193,9 @@ class BatchSink:
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka)
+        #: ``transactions: consistent``: the next batch's start, worked out after this commit.
+        self._preparing: Future[PreparedStart] | None = None
+        self._prepare_pool: ThreadPoolExecutor | None = None
 
     def read_ahead_first(self, start: OffsetsJson | None) -> None:
         """``transactions: consistent``: begin reading the first batch's range of the
@@ -205,6 +212,9 @@ class BatchSink:
 
     def close(self) -> None:
         """Stop reading ahead (the query has ended: no batch will use it)."""
+        if self._prepare_pool is not None:
+            self._prepare_pool.shutdown(wait=True, cancel_futures=True)
+            self._prepare_pool = None
         self._readahead.close()
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -243,6 +253,7 @@ class BatchSink:
         else:
             result = self._commit(request)
             self.batches_committed += 1
+            self._prepare_next(result, request)
             seconds = (written - started, time.monotonic() - written)
             self._log(bound, reports, result, passes, seconds)
         if self._txn is not None:
@@ -309,6 +320,14 @@ class BatchSink:
             if isinstance(parts, dict)
             for p in parts
         } | {(r.topic, r.partition) for r in ranges}
+        prepared = self._take_prepared()
+        if (
+            prepared is not None
+            and prepared.fits(progress.commit_id if progress else None, ranges)
+            and set(prepared.partitions) == known
+        ):
+            read_ahead_next(ranges, self._readahead)
+            return prepared.adopted()
         collections = self._collections()
         book = load_book(progress, collections)
         return start_batch(
@@ -319,6 +338,42 @@ class BatchSink:
             self._policy,
             readahead=self._readahead,
         )
+
+    def _prepare_next(self, result: CommitResult, request: CommitRequest) -> None:
+        """After a commit of ``transactions: consistent``, begin working out the next batch's
+        start on a driver thread (:func:`~ingest.sink.consistent.prepare_start`): it runs while
+        Spark writes its logs and plans that batch."""
+        txn = self._txn
+        if txn is None or txn.after is None or result.replayed or not request.source_offsets:
+            return
+        if self._prepare_pool is None:
+            self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="lakestream-prepare")
+        start: OffsetsJson = {
+            topic: {str(p): int(o) for p, o in parts.items()}
+            for topic, parts in request.source_offsets.items()
+            if isinstance(parts, dict)
+        }
+        self._preparing = self._prepare_pool.submit(
+            prepare_start,
+            txn.after,
+            result.commit_id,
+            start,
+            self.settings.kafka,
+            policy=self._policy,
+            readahead=self._readahead,
+        )
+
+    def _take_prepared(self) -> PreparedStart | None:
+        """The start worked out after the last commit, if any (waited for: it may still be
+        using the read-ahead, and it is bounded by the broker timeouts a batch has anyway)."""
+        preparing, self._preparing = self._preparing, None
+        if preparing is None:
+            return None
+        try:
+            return preparing.result()
+        except Exception as exc:  # the batch works its start out itself
+            log.info("batch_start_not_prepared", job=self.settings.job, error=str(exc))
+            return None
 
     def _collections(self) -> list[str] | None:
         """The data collections (``schema.table``) the job reads, when its topics are listed."""
@@ -411,6 +466,7 @@ class BatchSink:
             "batch_transactions",
             markers=txn.markers,
             markers_read_ahead=txn.markers_read_ahead,
+            start_prepared="prepared_ms" in txn.timings,
             candidates=len(txn.publish - txn.settled),
             published=len(decision.publish),
             exceptions=list(decision.exceptions),

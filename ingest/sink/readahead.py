@@ -205,17 +205,19 @@ def read_records(rng: OffsetRange, kafka: SourceOptions) -> list[MarkerRun]:
 def _high_watermark(pid: PartitionId, kafka: SourceOptions) -> int:
     """Where the partition ends now; briefly patient with the broker (the batch reads for
     itself what a read-ahead that failed did not)."""
-    return _latest([pid], kafka)[pid]
+    return latest_offsets([pid], kafka)[pid]
 
 
 def _first_end(
     pid: PartitionId, start: Mapping[PartitionId, int], max_rows: int | None, kafka: SourceOptions
 ) -> int:
     """Where the first batch will likely end in ``pid`` (see ``begin_first``)."""
-    return next_end(start, _latest(list(start), kafka), {}, max_rows)[pid]
+    return next_end(start, latest_offsets(list(start), kafka), {}, max_rows)[pid]
 
 
-def _latest(pids: list[PartitionId], kafka: SourceOptions) -> dict[PartitionId, int]:
+def latest_offsets(pids: list[PartitionId], kafka: SourceOptions) -> dict[PartitionId, int]:
+    """Where each of ``pids`` ends now, briefly patient with the broker (a read-ahead that
+    fails is no loss: the batch reads for itself)."""
     view = BrokerView(kafka.kafka_config, STARTUP_CHECK)
     try:
         return view.latest(pids)
@@ -223,4 +225,4 @@ def _latest(pids: list[PartitionId], kafka: SourceOptions) -> dict[PartitionId, 
         view.close()
 
 
-__all__ = ["WAIT_S", "MarkerReadAhead", "MarkerRun", "read_records"]
+__all__ = ["WAIT_S", "MarkerReadAhead", "MarkerRun", "latest_offsets", "read_records"]

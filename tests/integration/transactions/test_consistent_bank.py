@@ -82,6 +82,10 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     assert any(line["dissolved"] > 0 for line in batches)
     # the restarted job's first batch found its markers read while the query started
     assert batches[0]["markers"] > 0 and batches[0]["markers_read_ahead"] > 0
+    # later ones found their start worked out after the commit before (nothing was sent
+    # meanwhile: every batch ended where the driver expected)
+    assert not batches[0]["start_prepared"]
+    assert all(line["start_prepared"] for line in batches[1:])
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]

@@ -1,0 +1,88 @@
+"""A batch's start worked out in the gap before it (``prepare_start``) is the start the batch
+would work out itself (``start_batch``) - the same ranges, markers, book, candidates - and a
+batch that starts from another commit or ends elsewhere does not take it."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from ingest.kafka.offsets import OffsetRange, PartitionId, next_end, plan_ranges
+from ingest.kafka.options import SourceOptions
+from ingest.sink.consistent import TxnPolicy, prepare_start, start_batch
+from ingest.sink.readahead import MarkerReadAhead, latest_offsets
+from ingest.transactions import OnTimeout, TransactionBook
+from tests.integration.transactions.support import Bank, new_topics
+
+pytestmark = pytest.mark.integration
+
+POLICY = TxnPolicy(max_hold_s=300.0, on_timeout=OnTimeout.WAIT)
+LIMIT = 40
+
+
+@pytest.fixture
+def bank(kafka) -> Bank:
+    bank = Bank(new_topics())
+    bank.topics.create(kafka.bootstrap_servers)
+    bank.open_accounts(6)
+    rng = random.Random(7)
+    for _ in range(60):
+        bank.transfer(rng)
+    bank.send(kafka.bootstrap_servers)
+    return bank
+
+
+def test_a_prepared_start_is_the_start_the_batch_works_out(kafka, bank: Bank) -> None:
+    options = SourceOptions(
+        kafka_config={"bootstrap.servers": kafka.bootstrap_servers}, max_offsets_per_trigger=LIMIT
+    )
+    pids = [
+        PartitionId(topic, p)
+        for topic, parts in (
+            (bank.topics.accounts, 3),
+            (bank.topics.audit, 2),
+            (bank.topics.transaction, 1),
+        )
+        for p in range(parts)
+    ]
+    latest = latest_offsets(pids, options)
+    book = TransactionBook(collections=("public.accounts", "public.audit"))
+    start = dict.fromkeys(pids, 0)
+    for _ in range(4):  # batch after batch, each from where the one before ended
+        end = next_end(start, latest, {}, LIMIT)  # as the source's latestOffset splits it
+        ranges = plan_ranges(start, end, start.__getitem__)
+        partitions = sorted((pid.topic, pid.partition) for pid in pids)
+        base = uuid.uuid4()
+        json_start = {
+            t: {str(p.partition): start[p] for p in pids if p.topic == t} for t, _ in partitions
+        }
+
+        prepared = prepare_start(
+            book, base, json_start, options, policy=POLICY, readahead=MarkerReadAhead(options)
+        )
+        itself = start_batch(book, ranges, partitions, options, POLICY)
+
+        assert prepared.fits(base, ranges)
+        assert not prepared.fits(uuid.uuid4(), ranges)  # another commit's book
+        last = ranges[-1]
+        shorter = [*ranges[:-1], OffsetRange(last.topic, last.partition, last.start, last.end - 1)]
+        assert not prepared.fits(base, shorter)  # a batch that ends elsewhere
+        assert prepared.partitions == tuple(partitions)
+        taken = prepared.adopted()
+        assert taken.candidates == itself.candidates and taken.candidates
+        assert taken.settled == itself.settled
+        assert taken.markers == itself.markers > 0
+        assert taken.marker_report == itself.marker_report
+        assert taken.owner == itself.owner
+        assert _ignoring_time(taken.book) == _ignoring_time(itself.book)
+        assert taken.timings["prepared_ms"] >= 0
+        book = itself.book  # as if the batch published nothing: its markers stay in the book
+        start = {pid: end[pid] for pid in pids}
+    assert start != dict.fromkeys(pids, 0)
+
+
+def _ignoring_time(book: TransactionBook) -> object:
+    """The book with each state's ``first_seen`` (when it was read) left out."""
+    return [(s.id, s.seen, s.total, s.expected, s.touched, s.end_position) for s in book.ended]
