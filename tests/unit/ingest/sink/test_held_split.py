@@ -11,11 +11,14 @@ import random
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ingest.debezium import DecodedBatch, DecoderConfig, RecordChunk, decode_chunks
+from ingest.debezium.fastpath import TransactionBlock
 from ingest.sink.held import HeldSplit, event_ref
 from ingest.sink.task import split_for_holding
-from ingest.transactions import BadTransactionMetadata
+from ingest.transactions import BadTransactionMetadata, normalise_id
 from ingest.transactions.ranges import MAX_RANK
 from tests.fixtures.debezium_events import key, numbered, payload, pg_source, record
 
@@ -110,3 +113,38 @@ def test_the_decoder_holds_what_the_split_before_decoding_held(seed: int) -> Non
     assert dict(split.txn_ranks().items()) == dict(ranks_before.items()) == ranks_read(batch)
     assert split.malformed == ranks_before.malformed
     assert len(before.tables) > 0 and rows_of(held_before)  # the batch exercised both sides
+
+
+#: Ids whose prefixes and suffixes look alike: PostgreSQL ids of one txId with other LSNs, a
+#: txId that extends another, LSNs that are not numbers, more colons, other digits, no colon.
+LOOKALIKE_IDS = st.sampled_from(
+    ["12:5", "12:6", "12:", "12:x", "123:5", "1:25", "12:5:6", ":5", "12", "x12:5",
+     "١٢:٣", "١٢:5", "12:٣", "uuid-1:7", "uuid-1:8", "00000025:00000d08:0025"]
+)  # fmt: skip
+
+
+@given(st.lists(st.tuples(LOOKALIKE_IDS, st.integers(1, 70)), max_size=60), st.data())
+def test_the_hold_reads_each_events_transaction_as_normalise_id_does(
+    events: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    """Whatever the order of ids (a run of one transaction, then another whose id looks like
+    it), every event counts for ``normalise_id`` of its id and is held exactly when that
+    transaction is not published."""
+    txns = sorted({normalise_id(raw) for raw, _ in events})
+    publish = frozenset(data.draw(st.lists(st.sampled_from(txns), unique=True)) if txns else ())
+    chunk = RecordChunk("t", 0, list(range(len(events))), [None] * len(events),
+                        [b"{}"] * len(events), [0] * len(events))  # fmt: skip
+    split = HeldSplit(publish)
+    held = [
+        split.fast(chunk, i, b"{}", TransactionBlock(raw, order))
+        for i, (raw, order) in enumerate(events)
+    ]
+
+    expected: dict[str, int] = {}
+    for raw, order in events:
+        expected[normalise_id(raw)] = expected.get(normalise_id(raw), 0) | 1 << order
+    assert dict(split.txn_ranks().items()) == expected
+    assert held == [normalise_id(raw) not in publish for raw, _ in events]
+    assert [row["txn_id"] for row in rows_of(split.held())] == [
+        normalise_id(raw) for raw, _ in events if normalise_id(raw) not in publish
+    ]
