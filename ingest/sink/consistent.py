@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from catalog import (
@@ -421,45 +421,59 @@ def read_markers(
 def partition_tails(
     ranges: Sequence[OffsetRange], partitions: Iterable[tuple[str, int]], kafka: SourceOptions
 ) -> dict[Hashable, PartitionTail]:
-    """Per data partition the job reads, the transaction of the last record of its range;
-    partitions without a range in this batch are idle."""
+    """Per data partition the job reads, the transaction of the last record of its range and of
+    the record after it (when the broker holds one already); partitions without a range in this
+    batch are idle."""
     tails: dict[Hashable, PartitionTail] = {}
     for topic, partition in partitions:
         if not is_transaction_topic(topic):
             tails[(topic, partition)] = PartitionTail(idle=True, collection=collection_of(topic))
     data = [r for r in ranges if not is_transaction_topic(r.topic) and r.end > r.start]
-    last = last_values(data, kafka)
+    peeked = peek_ends(data, kafka)
     for rng in data:
-        value = last.get((rng.topic, rng.partition))
-        ref = _ref_or_none(value)
+        found = peeked[(rng.topic, rng.partition)]
         tails[(rng.topic, rng.partition)] = PartitionTail(
-            txn=None if ref is None else ref[0], collection=collection_of(rng.topic)
+            txn=_txn_or_none(found.last),
+            collection=collection_of(rng.topic),
+            after=_txn_or_none(found.after),
         )
     return tails
 
 
-def _ref_or_none(value: bytes | None) -> tuple[str, int] | None:
-    """The last event's transaction; a malformed block counts as none (the tasks count it)."""
+def _txn_or_none(value: bytes | None) -> str | None:
+    """A record's transaction; a malformed block counts as none (the tasks count it)."""
     try:
-        return event_ref(value)
+        ref = event_ref(value)
     except BadTransactionMetadata:
         return None
+    return None if ref is None else ref[0]
 
 
 #: A fetch that asks for one record needs no more than a few kB back. The broker still returns
 #: the whole record batch holding it (KIP-74), but tansu answers a fetch with librdkafka's
 #: default 50 MB limit in ~15-50 ms per partition (it gathers up to the limit), serially: the
-#: benchmark's peek of six partitions took 100-390 ms a batch, ~10-30 ms with this limit.
-_PEEK_FETCH = {"fetch.max.bytes": "4096", "message.max.bytes": "4096"}
+#: benchmark's peek of six partitions took 100-390 ms a batch, ~10-30 ms with this limit. A
+#: fetch that reaches the end of a partition waits up to ``fetch.wait.max.ms`` for more (500 ms
+#: by default: a range ending at the partition's end took that long); the peek waits for none.
+_PEEK_FETCH = {"fetch.max.bytes": "4096", "message.max.bytes": "4096", "fetch.wait.max.ms": "10"}
 
 
-def last_values(
+@dataclass(frozen=True)
+class RangeEnd:
+    """The values of a range's last record and of the record after it (None: a tombstone, or
+    for ``after`` also no record there yet)."""
+
+    last: bytes | None
+    after: bytes | None = None
+
+
+def peek_ends(
     ranges: Sequence[OffsetRange], kafka: SourceOptions
-) -> dict[tuple[str, int], bytes | None]:
-    """The value of the last record of each range, with one consumer for all of them (one
-    fetch round). A range whose last offset is a gap (real Kafka: a transaction marker, a
-    compacted record) is read whole instead."""
-    found: dict[tuple[str, int], bytes | None] = {}
+) -> dict[tuple[str, int], RangeEnd]:
+    """The last record of each range and the one after it, with one consumer for all of them
+    (one or two fetch rounds). A range whose last offset is a gap (real Kafka: a transaction
+    marker, a compacted record) is read whole instead, and its ``after`` left unknown."""
+    found: dict[tuple[str, int], RangeEnd] = {}
     if not ranges:
         return found
     ends = {(r.topic, r.partition): r.end for r in ranges}
@@ -470,26 +484,49 @@ def last_values(
     }
     consumer = Consumer(consumer_config(kafka.kafka_config, managed))
     deadline = time.monotonic() + kafka.poll_timeout_ms / 1000
+    last: dict[tuple[str, int], bytes | None] = {}
+    gaps: set[tuple[str, int]] = set()
     try:
         consumer.assign([KafkaPartition(r.topic, r.partition, r.end - 1) for r in ranges])
         pending = set(ends)
         while pending and time.monotonic() < deadline:
-            for message in consumer.consume(len(pending), timeout=0.25):
+            for message in consumer.consume(2 * len(pending), timeout=0.25):
                 where = (message.topic(), message.partition())
-                error = message.error()
                 if where not in pending:
                     continue
-                if error is None and message.offset() == ends[where] - 1:
-                    found[where] = message.value()
+                error, end = message.error(), ends[where]
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    continue
+                if where not in last and (error is not None or message.offset() != end - 1):
+                    gaps.add(where)  # a gap at the end: the range is read below
                     pending.discard(where)
-                elif error is None or error.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(where)  # a gap at the end: the range is read below
+                elif where not in last:
+                    last[where] = message.value()
+                    if _high_watermark(consumer, where) <= end:  # nothing after it (yet)
+                        found[where] = RangeEnd(last[where])
+                        pending.discard(where)
+                else:  # the record after the range, or the end of the partition
+                    after = None if error is not None else message.value()
+                    found[where] = RangeEnd(last[where], after)
+                    pending.discard(where)
     finally:
         consumer.close()
     for rng in ranges:
-        if (rng.topic, rng.partition) not in found:
-            found[(rng.topic, rng.partition)] = _read_last(rng, kafka)
+        where = (rng.topic, rng.partition)
+        if where not in found:
+            value = last[where] if where in last and where not in gaps else _read_last(rng, kafka)
+            found[where] = RangeEnd(value)
     return found
+
+
+def _high_watermark(consumer: Consumer, where: tuple[str, int]) -> int:
+    """The partition's end as the last fetch response gave it (no request: waiting for a record
+    the broker does not have would take a fetch's full wait). -1 when unknown."""
+    try:
+        _, high = consumer.get_watermark_offsets(KafkaPartition(*where), cached=True)
+    except KafkaException:
+        return -1
+    return int(high)
 
 
 def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:

@@ -260,11 +260,15 @@ class PartitionTail:
     ``txn``: the (normalised) transaction of the last event of the partition's range, None when
     that event has none (a snapshot read). ``idle``: the range was empty. ``collection``: the
     data collection of the partition's topic as END markers name it (``public.orders``); None
-    when unknown - the partition is then taken to hold events of every transaction."""
+    when unknown - the partition is then taken to hold events of every transaction. ``after``:
+    the transaction of the record right after the range, when the broker already held one
+    with a transaction block (None: no such record, a tombstone, an event without a block).
+    """
 
     txn: str | None = None
     idle: bool = False
     collection: str | None = None
+    after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -578,10 +582,19 @@ def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) ->
 
     A transaction neither END-known nor published (``settled``) is open, or first seen in this
     batch: it commits after every END-known one. A duplicate of a transaction published so long
-    ago that the book forgot it looks the same; that is the one case this cannot tell."""
+    ago that the book forgot it looks the same; that is the one case this cannot tell.
+
+    The transaction of the last event is passed too when the record after the range is of a
+    transaction committed after it: a transaction's events follow each other in a partition,
+    so none of it comes later. (One committed before it - a producer's retry repeating an
+    older event - tells nothing.)"""
     if tail.idle or tail.txn is None or tail.txn in settled:
         return 0
-    return index.get(tail.txn, math.inf)
+    last = index.get(tail.txn, math.inf)
+    after = tail.after
+    if after is None or after in settled or last == math.inf:
+        return last
+    return last + 1 if index.get(after, math.inf) > last else last
 
 
 #: What an END's data collections tell the book: the events the job awaits, the collections.

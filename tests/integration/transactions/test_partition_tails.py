@@ -1,6 +1,7 @@
-"""The driver's peek at the last record of each data partition's range (``last_values``), against
-the broker: exact values wherever the range ends - inside a multi-record batch, at a record larger
-than the peek's small fetch limit, at the end of the partition."""
+"""The driver's peek at the last record of each data partition's range and at the record after it
+(``peek_ends``), against the broker: exact values wherever the range ends - inside a multi-record
+batch, at a record larger than the peek's small fetch limit, at the end of the partition (no
+record after it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from confluent_kafka import Producer
 
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
-from ingest.sink.consistent import last_values
+from ingest.sink.consistent import RangeEnd, peek_ends
 from tests.fixtures.broker import produce
 
 pytestmark = pytest.mark.integration
@@ -31,6 +32,9 @@ def test_the_peek_reads_the_exact_last_record_of_every_range(kafka):
 
     for ends in ((1, 1), (137, 250), (6, 399), (401, 401), (57, 13)):
         ranges = [OffsetRange(topic, p, 0, end) for p, end in enumerate(ends)]
-        found = last_values(ranges, options)
-        assert found == {(topic, p): values[p][end - 1] for p, end in enumerate(ends)}
+        found = peek_ends(ranges, options)
+        assert found == {
+            (topic, p): RangeEnd(values[p][end - 1], values[p][end] if end < 401 else None)
+            for p, end in enumerate(ends)
+        }
     assert max(len(v) for v in values[0]) > 4096  # some records exceed the fetch limit

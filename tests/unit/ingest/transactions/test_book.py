@@ -249,6 +249,23 @@ def test_a_partition_ending_in_an_open_transaction_has_passed_every_ended_one() 
     assert book.frontier_candidates({0: a("T7"), 1: b("T8")}) == ("T1", "T2")
 
 
+def test_a_partition_whose_next_record_is_of_a_later_transaction_has_passed_its_last() -> None:
+    """The record after the range tells whether the last event's transaction goes on there."""
+    book = _ended("T1", "T2", "T3")
+
+    def last_t2(after: str | None) -> PartitionTail:
+        return PartitionTail("T2", collection="public.a", after=after)
+
+    assert book.frontier_candidates({0: last_t2("T3"), 1: b("T9")}) == ("T1", "T2")
+    assert book.frontier_candidates({0: last_t2("T8"), 1: b("T9")}) == ("T1", "T2")  # open
+    assert book.frontier_candidates({0: last_t2("T2"), 1: b("T9")}) == ("T1",)  # goes on
+    assert book.frontier_candidates({0: last_t2("T1"), 1: b("T9")}) == ("T1",)  # a retry
+    assert book.frontier_candidates({0: last_t2(None), 1: b("T9")}) == ("T1",)  # unknown
+    settled = book.add_events({"T1": seen([1, 2])}, 0)
+    settled = settled.apply(settled.decide(1, HOLD, WAIT))  # T1 published
+    assert settled.frontier_candidates({0: last_t2("T1"), 1: b("T9")}) == ()
+
+
 def test_idle_or_snapshot_partitions_hold_back_the_transactions_of_their_table() -> None:
     book = _ended("T1", "T2").add_markers([end("T3", 1, ("public.c", 1))], now=0)
     c_idle = PartitionTail(idle=True, collection="public.c")

@@ -99,7 +99,9 @@ class Run:
         start = {p: self.read.get(p, 0) for p in cut}
         self.book = self.book.add_markers(self.source.markers[start["txn"] : cut["txn"]], now)
         chunks = {p: self.source.partitions[p][start[p] : cut[p]] for p in PARTITIONS}
-        tails = {p: _tail(p, chunk) for p, chunk in chunks.items()}
+        tails = {
+            p: _tail(p, chunk, self.source.partitions[p][cut[p] :]) for p, chunk in chunks.items()
+        }
         self.candidates.append(self.book.frontier_candidates(tails))
         seen: dict[str, list[int]] = {}
         for chunk in chunks.values():
@@ -123,10 +125,13 @@ class Run:
         return len(self.delivered.get(txn, ())) == self.source.events[txn]
 
 
-def _tail(partition: tuple[str, int], chunk: list[Event]) -> PartitionTail:
+def _tail(partition: tuple[str, int], chunk: list[Event], rest: list[Event]) -> PartitionTail:
+    """What the peek finds: the last event of the batch's range and, when the partition holds
+    more already, the transaction of the event after it."""
     if not chunk:
         return PartitionTail(idle=True, collection=partition[0])
-    return PartitionTail(chunk[-1][0], collection=partition[0])
+    after = rest[0][0] if rest else None
+    return PartitionTail(chunk[-1][0], collection=partition[0], after=after)
 
 
 @st.composite
