@@ -37,34 +37,61 @@ log = get_logger("lakestream.ingest")
 WAIT_S = 5.0
 
 
-@dataclass(frozen=True, slots=True)
 class MarkerRun:
     """Records of the transaction topic read in one go, as the driver needs them: their
     offsets, values and END markers (None for a BEGIN or a tombstone), in parallel lists.
 
     Lists per run, not an object per record: a batch reads tens of thousands of records here,
-    and building a named tuple for each was a tenth of the driver's work on them."""
+    and building a named tuple for each was a tenth of the driver's work on them. The END
+    markers are decoded when first asked for (:attr:`ends`), not as the records are read: a
+    read-ahead reads while the batch's tasks run and would take CPU from them on a busy
+    machine; the next batch's start decodes them, in the gap between two batches
+    (:func:`~ingest.sink.consistent.prepare_start`), when the driver has a core to itself.
+    (Decoding them as soon as the tasks end was tried: on a thread of the driver it held the
+    GIL against the batch's decision and commit, which took 80 ms instead of 30.)
+    """
 
-    messages: Sequence[Message]
-    offsets: list[int]
-    values: list[bytes | None]
-    ends: list[TransactionMarker | None]
+    __slots__ = ("_ends", "messages", "offsets", "values")
+
+    def __init__(
+        self,
+        messages: Sequence[Message],
+        offsets: Sequence[int],
+        values: list[bytes | None],
+        ends: list[TransactionMarker | None] | None = None,
+    ) -> None:
+        self.messages = messages
+        self.offsets = offsets
+        self.values = values
+        self._ends = ends
 
     @classmethod
     def of(cls, messages: Sequence[Message]) -> MarkerRun:
-        """Raises BadTransactionMetadata for a record that is no marker (see ``decode_end``)."""
         values = [m.value() for m in messages]
-        offsets = [offset_of(m) for m in messages]
-        return cls(messages, offsets, values, list(map(decode_end, values)))
+        first, last = offset_of(messages[0]), offset_of(messages[-1])
+        contiguous = last - first + 1 == len(messages)
+        offsets = range(first, last + 1) if contiguous else [offset_of(m) for m in messages]
+        return cls(messages, offsets, values)
+
+    @property
+    def ends(self) -> list[TransactionMarker | None]:
+        """The END marker of each record, None for the others.
+
+        Raises:
+            BadTransactionMetadata: a record is no marker (see ``decode_end``).
+        """
+        ends = self._ends
+        if ends is None:  # two threads may both decode: the same result, set once either way
+            ends = self._ends = list(map(decode_end, self.values))
+        return ends
 
     def before(self, end: int) -> MarkerRun:
         """The records of this run below offset ``end``."""
         cut = bisect.bisect_left(self.offsets, end)
         if cut == len(self.offsets):
             return self
-        return MarkerRun(
-            self.messages[:cut], self.offsets[:cut], self.values[:cut], self.ends[:cut]
-        )
+        ends = None if self._ends is None else self._ends[:cut]
+        return MarkerRun(self.messages[:cut], self.offsets[:cut], self.values[:cut], ends)
 
     @property
     def records(self) -> int:

@@ -5,6 +5,7 @@ elsewhere (a restart, a replay), when records arrive after it started, and when 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import orjson
 import pytest
@@ -14,6 +15,7 @@ from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.sink import readahead
 from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
+from ingest.transactions import BadTransactionMetadata
 from tests.fixtures.broker import KafkaTestHelper
 
 pytestmark = pytest.mark.integration
@@ -154,4 +156,44 @@ def test_a_first_batch_larger_than_the_read_ahead_reads_the_rest(
     ahead.begin_first({PartitionId(txn, 0): 0, PartitionId(data, 0): 0}, max_rows=100)
     assert ids(ahead.records(OffsetRange(txn, 0, 0, 200))) == [str(t) for t in range(1, 101)]
     assert 0 < ahead.last_served < 200
+    ahead.close()
+
+
+def test_what_is_read_ahead_is_decoded_when_the_batch_asks(
+    topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-ahead runs beside the batch's tasks: it only reads; the next batch's start
+    decodes the END markers (in the gap between batches)."""
+    name, options = topic
+    decoding: list[str] = []
+    real = readahead.decode_end
+
+    def watched(value: bytes | None) -> object:
+        decoding.append(threading.current_thread().name)
+        return real(value)
+
+    monkeypatch.setattr(readahead, "decode_end", watched)
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 0, 100)
+    ahead.records(first)
+    ahead.begin(first, limit=100)
+    got = ahead.records(OffsetRange(name, 0, 100, 200))
+    assert decoding == []  # read ahead, not decoded
+    assert ids(got) == [str(t) for t in range(51, 101)]
+    assert set(decoding) == {threading.current_thread().name}
+    ahead.close()
+
+
+def test_a_bad_record_read_ahead_fails_the_batch_that_reads_it(
+    kafka: KafkaTestHelper, topic: tuple[str, SourceOptions]
+) -> None:
+    name, options = topic
+    kafka.produce(name, [(None, b'{"status":"END","id":"x"}')], partition=0)  # offset 600
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 500, 600)
+    ahead.records(first)
+    ahead.begin(first, limit=100)
+
+    with pytest.raises(BadTransactionMetadata, match="event_count"):
+        ids(ahead.records(OffsetRange(name, 0, 600, 601)))
     ahead.close()
