@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -55,13 +54,13 @@ from catalog.files import read_whole_files
 from catalog.logs import get_logger
 from ingest import startpoint
 from ingest.errors import IngestError
-from ingest.kafka.brokerview import consumer_config
+from ingest.kafka.brokerview import BrokerView, consumer_config
 from ingest.kafka.offsets import OffsetRange, OffsetsJson, next_end, plan_ranges
 from ingest.kafka.offsets import from_json as offsets_from_json
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
-from ingest.sink.readahead import MarkerReadAhead, latest_offsets, read_records
+from ingest.sink.readahead import MarkerReadAhead, read_records
 from ingest.sink.report import TaskReport, TopicFigures, WrittenFile, merged_masks
 from ingest.transactions.book import (
     Decision,
@@ -319,17 +318,16 @@ class PreparedStart:
     """The start of a batch (:func:`start_batch`'s work but the read-ahead of the batch after
     it) worked out before Spark called for the batch; see :func:`prepare_start`."""
 
-    base: uuid.UUID
-    """The commit whose book it starts from."""
     ranges: frozenset[OffsetRange]
     """The ranges it was worked out for (only a batch of exactly these may use it)."""
     partitions: tuple[tuple[str, int], ...]
     txn: BatchTransactions
     prepared_ms: int
 
-    def fits(self, base: uuid.UUID | None, ranges: Sequence[OffsetRange]) -> bool:
-        """Whether a batch starting from commit ``base`` with ``ranges`` may use it."""
-        return base == self.base and frozenset(ranges) == self.ranges
+    def fits(self, ranges: Sequence[OffsetRange], partitions: Iterable[tuple[str, int]]) -> bool:
+        """Whether a batch of ``ranges`` over ``partitions`` may use it (the caller checks
+        that the batch starts from the book it was worked out from)."""
+        return frozenset(ranges) == self.ranges and set(partitions) == set(self.partitions)
 
     def adopted(self) -> BatchTransactions:
         """The batch's transaction state, timed from now (the decision's ``now``)."""
@@ -339,31 +337,31 @@ class PreparedStart:
 
 def prepare_start(
     book: TransactionBook,
-    base: uuid.UUID,
     start: OffsetsJson,
     kafka: SourceOptions,
     *,
     policy: TxnPolicy,
     readahead: MarkerReadAhead,
+    broker: BrokerView,
 ) -> PreparedStart:
-    """The next batch's start, worked out in the gap between two batches (while Spark writes
-    its logs and plans the batch, the driver idles for ~100-150 ms): where the batch will
-    likely end (the source's split of ``maxOffsetsPerTrigger`` over what the broker holds now,
-    as ``latestOffset`` computes it), its markers (read ahead during the batch before) taken
-    into ``book``, the last record of each data range peeked, the transactions the tasks may
-    write directly.
+    """The next batch's start, worked out after this batch committed, in the gap between two
+    batches (while Spark writes its logs and plans the batch, the driver idles for ~100-150
+    ms): where the batch will likely end (the source's split of ``maxOffsetsPerTrigger`` over
+    what the broker holds now, as ``latestOffset`` computes it), its markers (read ahead during
+    the batch before, decoded now) taken into ``book``, the last record of each data range and
+    the one after it peeked, the transactions the tasks may write directly.
 
     Why: on a batch's critical path this work left a core idle for 80-140 ms a batch in the
     benchmark. A batch that ends elsewhere (data arrived meanwhile, a trigger other than a
-    backlog's) or starts from another commit does not use it and works its start out itself,
+    backlog's) or starts from another book does not use it and works its start out itself,
     so the result is the same either way; only the time differs."""
     started = time.monotonic()
     offsets = offsets_from_json(start)
-    end = next_end(offsets, latest_offsets(list(offsets), kafka), {}, kafka.max_offsets_per_trigger)
+    end = next_end(offsets, broker.latest(list(offsets)), {}, kafka.max_offsets_per_trigger)
     ranges = plan_ranges(offsets, end, lambda pid: offsets[pid])
     partitions = tuple(sorted((pid.topic, pid.partition) for pid in offsets))
     txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead)
-    return PreparedStart(base, frozenset(ranges), partitions, txn, _ms_since(started))
+    return PreparedStart(frozenset(ranges), partitions, txn, _ms_since(started))
 
 
 _T = TypeVar("_T")

@@ -1,18 +1,18 @@
 """A batch's start worked out in the gap before it (``prepare_start``) is the start the batch
 would work out itself (``start_batch``) - the same ranges, markers, book, candidates - and a
-batch that starts from another commit or ends elsewhere does not take it."""
+batch that ends elsewhere or reads other partitions does not take it."""
 
 from __future__ import annotations
 
 import random
-import uuid
 
 import pytest
 
+from ingest.kafka.brokerview import STARTUP_CHECK, BrokerView
 from ingest.kafka.offsets import OffsetRange, PartitionId, next_end, plan_ranges
 from ingest.kafka.options import SourceOptions
 from ingest.sink.consistent import TxnPolicy, prepare_start, start_batch
-from ingest.sink.readahead import MarkerReadAhead, latest_offsets
+from ingest.sink.readahead import MarkerReadAhead
 from ingest.transactions import OnTimeout, TransactionBook
 from tests.integration.transactions.support import Bank, new_topics
 
@@ -47,28 +47,33 @@ def test_a_prepared_start_is_the_start_the_batch_works_out(kafka, bank: Bank) ->
         )
         for p in range(parts)
     ]
-    latest = latest_offsets(pids, options)
+    broker = BrokerView(options.kafka_config, STARTUP_CHECK)
+    latest = broker.latest(pids)
     book = TransactionBook(collections=("public.accounts", "public.audit"))
     start = dict.fromkeys(pids, 0)
     for _ in range(4):  # batch after batch, each from where the one before ended
         end = next_end(start, latest, {}, LIMIT)  # as the source's latestOffset splits it
         ranges = plan_ranges(start, end, start.__getitem__)
         partitions = sorted((pid.topic, pid.partition) for pid in pids)
-        base = uuid.uuid4()
         json_start = {
             t: {str(p.partition): start[p] for p in pids if p.topic == t} for t, _ in partitions
         }
 
         prepared = prepare_start(
-            book, base, json_start, options, policy=POLICY, readahead=MarkerReadAhead(options)
+            book,
+            json_start,
+            options,
+            policy=POLICY,
+            readahead=MarkerReadAhead(options),
+            broker=broker,
         )
         itself = start_batch(book, ranges, partitions, options, POLICY)
 
-        assert prepared.fits(base, ranges)
-        assert not prepared.fits(uuid.uuid4(), ranges)  # another commit's book
+        assert prepared.fits(ranges, partitions)
+        assert not prepared.fits(ranges, [*partitions, ("new-topic", 0)])  # a new partition
         last = ranges[-1]
         shorter = [*ranges[:-1], OffsetRange(last.topic, last.partition, last.start, last.end - 1)]
-        assert not prepared.fits(base, shorter)  # a batch that ends elsewhere
+        assert not prepared.fits(shorter, partitions)  # a batch that ends elsewhere
         assert prepared.partitions == tuple(partitions)
         taken = prepared.adopted()
         assert taken.candidates == itself.candidates and taken.candidates
@@ -81,6 +86,7 @@ def test_a_prepared_start_is_the_start_the_batch_works_out(kafka, bank: Bank) ->
         book = itself.book  # as if the batch published nothing: its markers stay in the book
         start = {pid: end[pid] for pid in pids}
     assert start != dict.fromkeys(pids, 0)
+    broker.close()
 
 
 def _ignoring_time(book: TransactionBook) -> object:
