@@ -8,9 +8,14 @@ Per batch (see :class:`ingest.sink.batch.BatchSink`), before the tasks run:
 2. the batch's range of the transaction topic (one partition, two small records per source
    transaction) is read here and its markers are added to the book (the tasks skip that range;
    the driver reports its records);
-3. the last record of each data partition's range is peeked, and the book names the
-   transactions that can have no event beyond the batch (``frontier_candidates``): the tasks
-   write those straight into the target tables, hold every other tagged event.
+3. the last record of each data partition's range and the record after it are peeked, and
+   the book names the transactions that can have no event beyond the batch
+   (``frontier_candidates``): the tasks write those straight into the target tables, hold every
+   other tagged event.
+
+After a batch has committed, steps 2-3 for the next batch are worked out ahead, while Spark
+plans it (:func:`prepare_start`); the batch uses that work when it starts where it was expected
+to, from that commit.
 
 The held files of earlier batches are dissolved by the task of the batch's first range
 (:attr:`ingest.sink.plan.Holding.dissolve`): it writes their events of candidates with its own
