@@ -82,10 +82,10 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     assert any(line["dissolved"] > 0 for line in batches)
     # the restarted job's first batch found its markers read while the query started
     assert batches[0]["markers"] > 0 and batches[0]["markers_read_ahead"] > 0
-    # later ones found their start worked out after the commit before (nothing was sent
-    # meanwhile: every batch ended where the driver expected)
-    assert not batches[0]["start_prepared"]
-    assert all(line["start_prepared"] for line in batches[1:])
+    # every batch found its start worked out before Spark called for it - the first while
+    # the query started, from the book of the last run's commit; the others after the commit
+    # before (nothing was sent meanwhile: every batch ended where the driver expected)
+    assert all(line["start_prepared"] for line in batches)
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]
@@ -139,7 +139,7 @@ def stalled_bank(kafka: Any) -> tuple[Bank, str]:
 
 
 def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held(
-    catalog, catalog_dsn, kafka, spark, tmp_path
+    catalog, catalog_dsn, kafka, spark, tmp_path, *, caplog
 ):
     bank, stuck = stalled_bank(kafka)
     waiting = config(
@@ -163,9 +163,18 @@ def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held
 
     bank.release_stalled()
     bank.send(kafka.bootstrap_servers)
-    run_ingest(waiting, spark, catalog)
+    with caplog.at_level(logging.INFO, logger="lakestream.ingest"):
+        run_ingest(waiting, spark, catalog)
     assert rows(catalog, "public.accounts") == bank.accounts
     assert rows(catalog, "public.audit") == bank.audit
+    # the restarted job's first batch took its start worked out while the query started,
+    # from the book of the last commit (the held ones), and published what that book held
+    first = next(
+        line
+        for r in caplog.records
+        if (line := getattr(r, EVENT_ATTRIBUTE, None)) and line["event"] == "batch_transactions"
+    )
+    assert first["start_prepared"] and first["dissolved"] == 5
 
 
 def test_on_timeout_publish_publishes_it_incomplete_and_says_so(catalog, kafka, spark, tmp_path):
