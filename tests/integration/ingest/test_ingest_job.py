@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from pathlib import Path
 
@@ -125,6 +126,32 @@ def test_cdc_stream_keeps_the_table_equal_to_the_source(catalog, kafka, spark, t
     progress = catalog.writer_progress("customers-cdc")
     delivered = sum(progress.source_offsets[topic].values())
     assert delivered == 60 + 80 + 16 + 1 + 2 + 2  # every offset of both rounds is accounted for
+
+
+def test_the_driver_heap_is_frozen_while_the_query_runs_and_handed_back(
+    catalog, kafka, spark, tmp_path
+):
+    topic = kafka.topic(partitions=1)
+    source = Source()
+    for i in range(1, 41):
+        source.insert(i, f"c{i}@example.com")
+    kafka.produce(topic, source.take())
+    frozen_in_batches: list[int] = []
+    assert gc.get_freeze_count() == 0
+
+    run = run_ingest(
+        cdc_config(kafka, topic, tmp_path),
+        spark,
+        catalog,
+        observer=lambda _: frozen_in_batches.append(gc.get_freeze_count()),
+    )
+
+    assert run.batches_committed >= 1 and len(frozen_in_batches) == run.batches_committed
+    # the collector skipped what the driver held before the query (full collections walked
+    # it every batch), and the process has its heap back as it was
+    assert all(count > 10_000 for count in frozen_in_batches)
+    assert gc.get_freeze_count() == 0
+    assert table_state(catalog, "shop.customers") == source.rows
 
 
 def test_json_events_into_an_append_table(catalog, kafka, spark, tmp_path):
