@@ -372,8 +372,13 @@ class BatchSink:
     def _prepare_first(self, start: OffsetsJson) -> None:
         """Begin working out the job's first batch's start (as :meth:`_prepare_next` does
         for the batches after it) from the book of the job's last commit, while Spark starts
-        the query (~2 s, mostly in the JVM): the first batch of a run is the one every restart
-        waits for, and working its start out itself took it 120-250 ms in the benchmark."""
+        the query (~2 s): the first batch of a run is the one every restart waits for, and
+        working its start out itself took it 120-250 ms in the benchmark.
+
+        On the 2-core benchmark machine this moves that work rather than hiding it: Spark's
+        start keeps both cores busy, and a consistent run's first commit still trails an
+        eventual one's by ~0.3-0.4 s (bench/RESULTS.md). A driver with a core to spare
+        while Spark starts gets the batch's start for nothing."""
         progress = self.guard.call(
             "writer_progress", lambda: self.catalog.writer_progress(self.settings.job)
         )
