@@ -336,8 +336,9 @@ def _cpu_over_eventual(runs: list[Run]) -> str:
     """CPU seconds a consistent run used over an eventual one, per component (medians).
 
     Why: on the benchmark's 2-core machine every CPU second either mode spends comes out of
-    the other's share, and these differences move far less between runs than the events/s
-    do (the same code measured 0.78x and 0.87x half an hour apart)."""
+    the other's share, so these say where consistent mode's cost is; they usually move less
+    between runs than the events/s (the same code measured 0.78x and 0.87x half an hour
+    apart), though a slow phase of the machine inflates them too."""
     parts = []
     for name in ("driver", "jvm", "python workers", "broker"):
         by_mode = {
