@@ -196,9 +196,8 @@ class BatchSink:
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka)
         #: ``transactions: consistent``: the next batch's start, worked out after this one's
-        #: commit (``_prepared_on``) from the book it committed.
+        #: commit from the book it committed.
         self._preparing: Future[PreparedStart] | None = None
-        self._prepared_on: uuid.UUID | None = None
         self._prepare_pool: ThreadPoolExecutor | None = None
         self._broker: BrokerView | None = None
 
@@ -330,12 +329,9 @@ class BatchSink:
             if isinstance(parts, dict)
             for p in parts
         } | {(r.topic, r.partition) for r in ranges}
-        prepared, on = self._take_prepared(), self._prepared_on
-        if (
-            prepared is not None
-            and on == (progress.commit_id if progress is not None else None)
-            and prepared.fits(ranges, known)
-        ):
+        prepared = self._take_prepared()
+        base = progress.commit_id if progress is not None else None
+        if prepared is not None and prepared.base == base and prepared.fits(ranges, known):
             read_ahead_next(ranges, self._readahead)
             return prepared.adopted()
         collections = self._collections()
@@ -358,7 +354,6 @@ class BatchSink:
 
         Not while the batch commits: begun before the commit, it held the GIL against the
         commit's own Python work (commit_ms 30 -> 100 in the benchmark)."""
-        self._prepared_on = commit_id
         txn = self._txn
         if txn is None or txn.after is None or not request.source_offsets:
             return
@@ -367,7 +362,7 @@ class BatchSink:
             for topic, parts in request.source_offsets.items()
             if isinstance(parts, dict)
         }
-        self._launch_prepare(txn.after, start)
+        self._launch_prepare(txn.after, commit_id, start)
 
     def _prepare_first(self, start: OffsetsJson) -> None:
         """Begin working out the job's first batch's start (as :meth:`_prepare_next` does
@@ -382,12 +377,14 @@ class BatchSink:
         progress = self.guard.call(
             "writer_progress", lambda: self.catalog.writer_progress(self.settings.job)
         )
-        self._prepared_on = progress.commit_id if progress is not None else None
-        self._launch_prepare(load_book(progress, self._collections()), start)
+        base = progress.commit_id if progress is not None else None
+        self._launch_prepare(load_book(progress, self._collections()), base, start)
 
-    def _launch_prepare(self, book: TransactionBook, start: OffsetsJson) -> None:
+    def _launch_prepare(
+        self, book: TransactionBook, base: uuid.UUID | None, start: OffsetsJson
+    ) -> None:
         """Work the start of a batch from ``start`` out on the prepare thread, from ``book``
-        (the book of the commit ``_prepared_on`` names)."""
+        (the book of commit ``base``; None: the job has none yet)."""
         if self._prepare_pool is None:
             self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="lakestream-prepare")
         if self._broker is None:
@@ -397,6 +394,7 @@ class BatchSink:
             book,
             start,
             self.settings.kafka,
+            base=base,
             policy=self._policy,
             readahead=self._readahead,
             broker=self._broker,

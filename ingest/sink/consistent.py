@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -323,6 +324,9 @@ class PreparedStart:
     """The start of a batch (:func:`start_batch`'s work but the read-ahead of the batch after
     it) worked out before Spark called for the batch; see :func:`prepare_start`."""
 
+    base: uuid.UUID | None
+    """The commit whose book it starts from (None: the job had none); only a batch starting
+    from that commit may use it."""
     ranges: frozenset[OffsetRange]
     """The ranges it was worked out for (only a batch of exactly these may use it)."""
     partitions: tuple[tuple[str, int], ...]
@@ -331,7 +335,7 @@ class PreparedStart:
 
     def fits(self, ranges: Sequence[OffsetRange], partitions: Iterable[tuple[str, int]]) -> bool:
         """Whether a batch of ``ranges`` over ``partitions`` may use it (the caller checks
-        that the batch starts from the book it was worked out from)."""
+        that the batch starts from :attr:`base`)."""
         return frozenset(ranges) == self.ranges and set(partitions) == set(self.partitions)
 
     def adopted(self) -> BatchTransactions:
@@ -345,6 +349,7 @@ def prepare_start(
     start: OffsetsJson,
     kafka: SourceOptions,
     *,
+    base: uuid.UUID | None,
     policy: TxnPolicy,
     readahead: MarkerReadAhead,
     broker: BrokerView,
@@ -353,8 +358,9 @@ def prepare_start(
     batches (while Spark writes its logs and plans the batch, the driver idles for ~100-150
     ms): where the batch will likely end (the source's split of ``maxOffsetsPerTrigger`` over
     what the broker holds now, as ``latestOffset`` computes it), its markers (read ahead during
-    the batch before, decoded now) taken into ``book``, the last record of each data range and
-    the one after it peeked, the transactions the tasks may write directly.
+    the batch before, decoded now) taken into ``book`` (the book of commit ``base``), the last
+    record of each data range and the one after it peeked, the transactions the tasks may
+    write directly.
 
     Why: on a batch's critical path this work left a core idle for 80-140 ms a batch in the
     benchmark. A batch that ends elsewhere (data arrived meanwhile, a trigger other than a
@@ -366,7 +372,7 @@ def prepare_start(
     ranges = plan_ranges(offsets, end, lambda pid: offsets[pid])
     partitions = tuple(sorted((pid.topic, pid.partition) for pid in offsets))
     txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead)
-    return PreparedStart(frozenset(ranges), partitions, txn, _ms_since(started))
+    return PreparedStart(base, frozenset(ranges), partitions, txn, _ms_since(started))
 
 
 _T = TypeVar("_T")

@@ -63,6 +63,7 @@ def test_a_prepared_start_is_the_start_the_batch_works_out(kafka, bank: Bank) ->
             book,
             json_start,
             options,
+            base=None,
             policy=POLICY,
             readahead=MarkerReadAhead(options),
             broker=broker,
