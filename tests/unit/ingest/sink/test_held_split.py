@@ -148,3 +148,40 @@ def test_the_hold_reads_each_events_transaction_as_normalise_id_does(
     assert [row["txn_id"] for row in rows_of(split.held())] == [
         normalise_id(raw) for raw, _ in events if normalise_id(raw) not in publish
     ]
+
+
+#: Blocks as the fast path's typed struct gives them: none, no id, ids of every shape the
+#: columns must read as ``normalise_id`` does or leave to ``fast``, ranks in and out of range.
+BLOCKS = st.one_of(
+    st.none(),
+    st.builds(TransactionBlock, LOOKALIKE_IDS, st.integers(1, 3)),  # the same rank again
+    st.builds(
+        TransactionBlock,
+        st.one_of(st.none(), st.just(""), LOOKALIKE_IDS, st.text(max_size=4)),
+        st.one_of(st.none(), st.integers(-2, 70),
+                  st.sampled_from([0, 1, 63, 64, 65, 4096, 4097, MAX_RANK + 1, 2**64, 2**70])),
+    ),
+)  # fmt: skip
+
+
+@given(st.lists(BLOCKS, max_size=80), st.data())
+def test_a_run_read_as_columns_counts_and_holds_as_event_by_event(
+    blocks: list[TransactionBlock | None], data: st.DataObject
+) -> None:
+    """``fast_many`` (the decoder's call for a run of fast rows) leaves every split as
+    ``fast`` called for each event would: the same events held, in the same held rows, the
+    same masks and malformed count."""
+    txns = sorted({normalise_id(b.id) for b in blocks if b is not None and b.id})
+    publish = frozenset(data.draw(st.lists(st.sampled_from(txns), unique=True)) if txns else ())
+    n = len(blocks)
+    chunk = RecordChunk("t", 0, list(range(n)), [None] * n, [b"{}"] * n, [0] * n)
+    indices = data.draw(st.permutations(range(n)))  # a run's indices need not be 0..n-1
+
+    each, many = HeldSplit(publish), HeldSplit(publish)
+    held_each = [p for p in range(n) if each.fast(chunk, indices[p], b"{}", blocks[p])]
+    held_many = many.fast_many(chunk, indices, blocks)
+
+    assert held_many == held_each
+    assert dict(many.txn_ranks().items()) == dict(each.txn_ranks().items())
+    assert many.malformed == each.malformed
+    assert rows_of(many.held()) == rows_of(each.held())
