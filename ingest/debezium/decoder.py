@@ -16,13 +16,13 @@ raw key and value, its topic, partition and offset, a reason and the error text.
 
 A :class:`RecordHold` may take messages out before their rows are kept (``transactions:
 consistent`` holds events of transactions it cannot publish yet); the fast path hands it the
-``transaction`` blocks it decoded, a run of messages at a time.
+``transaction`` block it decoded along with the row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Iterable
+from typing import Protocol
 
 import orjson
 import pyarrow as pa
@@ -48,8 +48,6 @@ from ingest.debezium.unify import unify_schemas
 #: trying it (a topic whose messages embed their schema never suits it).
 _MAX_FAST_MISSES = 32
 
-_T = TypeVar("_T")
-
 
 def decode_records(records: Iterable[RawRecord], config: DecoderConfig) -> DecodedBatch:
     """Decode one batch of Kafka messages (any mix of topics) into per-table Arrow tables.
@@ -64,16 +62,14 @@ class RecordHold(Protocol):
     holds the events of transactions it cannot publish yet): each method returns whether the
     message is held. The decoder asks for every message but tombstones, once."""
 
-    def fast_many(
-        self, chunk: RecordChunk, indices: Sequence[int], blocks: Sequence[TransactionBlock | None]
-    ) -> Sequence[int]:
-        """Messages the fast path decoded, a run of them at once (their indices in ``chunk``
-        and their ``transaction`` blocks): the positions in ``indices``, ascending, of those
-        held."""
+    def fast(
+        self, chunk: RecordChunk, index: int, value: bytes, block: TransactionBlock | None
+    ) -> bool:
+        """A message the fast path decoded; ``block``: its ``transaction`` block."""
         ...
 
     def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
-        """Any other message, before it is parsed: whether it is held."""
+        """Any other message, before it is parsed."""
         ...
 
 
@@ -100,18 +96,6 @@ def table_schemas(batch: DecodedBatch) -> dict[str, pa.Schema]:
         unified = None if known is None else unify_schemas(known, decoded.source_schema)
         schemas[decoded.table] = unified if unified is not None else decoded.source_schema
     return schemas
-
-
-def _without(items: list[_T], gone: Sequence[int]) -> list[_T]:
-    """``items`` less the positions ``gone`` (ascending), copied once slice by slice (deleting
-    in place moves the tail once per position)."""
-    kept: list[_T] = []
-    start = 0
-    for position in gone:
-        kept.extend(items[start:position])
-        start = position + 1
-    kept.extend(items[start:])
-    return kept
 
 
 class _Batch:
@@ -142,8 +126,6 @@ class _Batch:
         kept: list[tuple[object, ...]] = []  # fast rows not yet handed to `rows`, in order
         seqs: list[bytes] = []
         origins: list[int] = []
-        indices: list[int] = []  # with a hold: the kept rows' indices in the chunk and blocks
-        blocks: list[TransactionBlock | None] = []
         hold = self.hold
         for index, value in enumerate(chunk.values):
             if not value:
@@ -153,39 +135,20 @@ class _Batch:
                 hit = fast.decode(value)
                 if hit is not None:
                     misses = 0
-                    kept.append(hit[0])
-                    seqs.append(hit[1])
-                    origins.append(base + index)
-                    if hold is not None:
-                        indices.append(index)
-                        blocks.append(hit[2])
+                    if hold is None or not hold.fast(chunk, index, value, hit[2]):
+                        kept.append(hit[0])
+                        seqs.append(hit[1])
+                        origins.append(base + index)
                     continue
                 misses += 1
                 if kept:  # the general path appends too: keep the batch order
-                    self._keep_fast(rows, chunk, (kept, seqs, origins), indices, blocks)
-                    kept, seqs, origins, indices, blocks = [], [], [], [], []
+                    rows.extend_fast(kept, seqs, origins)
+                    kept, seqs, origins = [], [], []
             if hold is not None and hold.raw(chunk, index, value):
                 continue
             trying = misses <= _MAX_FAST_MISSES
             self._general(rows, chunk, index, base, value, arm=trying)
             fast = rows.fast_rows() if trying else None
-        if kept:
-            self._keep_fast(rows, chunk, (kept, seqs, origins), indices, blocks)
-
-    def _keep_fast(
-        self, rows: TableRows, chunk: RecordChunk,
-        run: tuple[list[tuple[object, ...]], list[bytes], list[int]],
-        indices: list[int], blocks: list[TransactionBlock | None],
-    ) -> None:  # fmt: skip
-        """Hand a run of fast rows (values, positions, origins) to ``rows``, less those the
-        hold takes: it is asked for the whole run at once, to read the run's blocks as
-        columns."""
-        kept, seqs, origins = run
-        if self.hold is not None:
-            held = self.hold.fast_many(chunk, indices, blocks)
-            if held:
-                kept, seqs = _without(kept, held), _without(seqs, held)
-                origins = _without(origins, held)
         if kept:
             rows.extend_fast(kept, seqs, origins)
 

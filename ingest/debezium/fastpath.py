@@ -37,14 +37,11 @@ class _Source(msgspec.Struct):
 
 
 class TransactionBlock(msgspec.Struct, gc=False):
-    """The envelope's ``transaction`` block with the types Debezium writes (a string id, an
-    integer rank): a block of other types (a string rank, say) fails the fast path, and the
-    general path's reader of blocks (``ingest.sink.held.event_ref``) decides what it holds.
-    Typed here so that ``transactions: consistent`` can take a chunk's blocks as columns
-    without checking each one's types in Python."""
+    """The envelope's ``transaction`` block, its fields as JSON gives them (checked by the one
+    who reads them: only ``transactions: consistent`` does, see ``ingest.sink.held``)."""
 
-    id: str | None = None
-    total_order: int | None = None
+    id: Any = None
+    total_order: Any = None
 
 
 @lru_cache(maxsize=256)

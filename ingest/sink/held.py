@@ -22,15 +22,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 import msgspec
-import numpy as np
-import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.debezium import RecordChunk, TransactionBlock
 from ingest.errors import IngestError
-from ingest.sink.report import TxnRanks, union_masks
+from ingest.sink.report import TxnRanks
 from ingest.transactions import BadTransactionMetadata, normalise_id
 from ingest.transactions.ranges import BITWISE_LIMIT, MAX_RANK, mask_of
 
@@ -172,16 +170,13 @@ class HeldSplit:
 
     def __init__(self, publish: frozenset[str]) -> None:
         self.publish = publish
-        #: Per transaction, the ranks of its events read one by one (held or not), as a mask
-        #: (bit n for rank n) built event by event; ranks beyond ``BITWISE_LIMIT`` wait in
-        #: lists (see :func:`~ingest.transactions.ranges.mask_of`).
+        #: Per transaction, the ranks of its events seen (held or not), as a mask (bit n for
+        #: rank n) built event by event; ranks beyond ``BITWISE_LIMIT`` wait in lists (see
+        #: :func:`~ingest.transactions.ranges.mask_of`).
         self.masks: dict[str, int] = {}
         self._wide: dict[str, list[int]] = {}
         self.malformed = 0
         self._held: dict[int, tuple[RecordChunk, list[tuple[int, str, int]]]] = {}
-        #: The masks of the runs :meth:`fast_many` read as columns, per run (a transaction
-        #: may have masks in several runs, and in :attr:`masks` too).
-        self._column_masks: list[tuple[pa.Array, npt.NDArray[np.uint64]]] = []
 
     def fast(
         self, chunk: RecordChunk, index: int, value: bytes, block: TransactionBlock | None
@@ -199,66 +194,6 @@ class HeldSplit:
         masks = self.masks
         masks[txn] = masks.get(txn, 0) | 1 << order
         return txn not in self.publish and self._hold(chunk, index, txn, order)
-
-    def fast_many(
-        self, chunk: RecordChunk, indices: Sequence[int], blocks: Sequence[TransactionBlock | None]
-    ) -> list[int]:
-        """:meth:`fast` for a run of messages at once: the positions in ``indices`` of those
-        held, ascending.
-
-        The run's blocks are read as Arrow columns: the ids normalised, the ranks' masks OR'd
-        and the published transactions looked up once per transaction of the run, not once per
-        event (a third of :meth:`fast`'s time). Blocks this cannot read as columns - none,
-        an empty or non-ASCII id, a rank outside 1..63 - go through :meth:`fast`, one by one.
-        """
-        try:
-            ids = pa.array([None if b is None else b.id for b in blocks], pa.string())
-            orders = pa.array([None if b is None else b.total_order for b in blocks], pa.int64())
-        except OverflowError:  # a rank beyond int64: fast() says it is malformed
-            return self._fast_each(chunk, indices, blocks, range(len(blocks)))
-        plain = _plain_blocks(ids, orders)
-        if plain.all():
-            return self._take_columns(chunk, indices, ids, orders)
-        odd = np.flatnonzero(~plain).tolist()
-        chosen = np.flatnonzero(plain)
-        taken = self._take_columns(chunk, [indices[i] for i in chosen.tolist()],
-                                   ids.take(chosen), orders.take(chosen))  # fmt: skip
-        held = self._fast_each(chunk, indices, blocks, odd)
-        held.extend(chosen[taken].tolist())
-        return sorted(held)
-
-    def _fast_each(
-        self, chunk: RecordChunk, indices: Sequence[int],
-        blocks: Sequence[TransactionBlock | None], positions: Iterable[int],
-    ) -> list[int]:  # fmt: skip
-        held = []
-        for p in positions:
-            value = chunk.values[indices[p]]
-            assert value is not None  # the fast path decoded it
-            if self.fast(chunk, indices[p], value, blocks[p]):
-                held.append(p)
-        return held
-
-    def _take_columns(
-        self, chunk: RecordChunk, indices: Sequence[int], ids: pa.Array, orders: pa.Array
-    ) -> list[int]:
-        """Count and hold the events of plain blocks (see :func:`_plain_blocks`)."""
-        if len(ids) == 0:
-            return []
-        encoded = normalise_ids(ids).dictionary_encode()
-        which = encoded.indices.to_numpy()
-        txns = encoded.dictionary.to_pylist()
-        ranks = orders.to_numpy()
-        bits = np.zeros(len(txns), np.uint64)
-        np.bitwise_or.at(bits, which, np.left_shift(np.uint64(1), ranks.astype(np.uint64)))
-        self._column_masks.append((encoded.dictionary, bits))
-        # a set lookup per transaction: Arrow's is_in would hash the whole publish set per run
-        publish = self.publish
-        holding = np.array([txn not in publish for txn in txns], np.bool_)
-        held = np.flatnonzero(holding[which]).tolist()
-        for p in held:
-            self._hold(chunk, indices[p], txns[which[p]], int(ranks[p]))
-        return held
 
     def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
         try:
@@ -307,46 +242,7 @@ class HeldSplit:
             masks = dict(masks)
             for txn, orders in self._wide.items():
                 masks[txn] = masks.get(txn, 0) | mask_of(orders)
-        if not self._column_masks:
-            return TxnRanks.of(masks, malformed=self.malformed)
-        txns, union = union_masks(
-            pa.chunked_array([txns for txns, _ in self._column_masks], pa.string()),
-            np.concatenate([bits for _, bits in self._column_masks]),
-        )
-        if not masks:
-            return TxnRanks.of_columns(txns, union, malformed=self.malformed)
-        masks = dict(masks)  # some events read one by one: merged in Python
-        for txn, mask in zip(txns.to_pylist(), union.tolist(), strict=True):
-            masks[txn] = masks.get(txn, 0) | mask
         return TxnRanks.of(masks, malformed=self.malformed)
-
-
-#: The greatest rank a mask of :meth:`HeldSplit.fast_many`'s columns holds (a uint64's bits).
-_COLUMN_RANKS = 63
-
-
-def _plain_blocks(ids: pa.Array, orders: pa.Array) -> npt.NDArray[np.bool_]:
-    """Which blocks :meth:`HeldSplit.fast_many` reads as columns: an id that is a non-empty
-    ASCII string (so Arrow's ``ascii_is_decimal`` is exactly ``str.isdecimal``) and a rank in
-    1..63. A block of other types never gets here (the fast path's struct is typed)."""
-    plain = pc.and_(
-        pc.and_(pc.greater(pc.utf8_length(ids), 0), pc.string_is_ascii(ids)),
-        pc.and_(pc.greater_equal(orders, 1), pc.less_equal(orders, _COLUMN_RANKS)),
-    )
-    column: npt.NDArray[np.bool_] = plain.fill_null(False).to_numpy(zero_copy_only=False)
-    return column
-
-
-def normalise_ids(ids: pa.Array) -> pa.Array:
-    """:func:`~ingest.transactions.normalise_id` of a column of ASCII ids: ``<txId>:<lsn>``,
-    both decimal, becomes ``<txId>``; any other id stays as it is."""
-    parts = pc.split_pattern(ids, ":", max_splits=1)
-    flat = parts.flatten()
-    first = parts.offsets.to_numpy()[:-1]
-    two = pc.list_value_length(parts).to_numpy() == 2
-    decimal = pc.ascii_is_decimal(flat).to_numpy(zero_copy_only=False)
-    shaped = two & decimal[first] & decimal[np.where(two, first + 1, first)]
-    return pc.if_else(pa.array(shaped), flat.take(pa.array(first)), ids)
 
 
 def held_rows(chunk: RecordChunk, picks: Sequence[tuple[int, str, int]]) -> pa.Table:

@@ -11,7 +11,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import ipc
@@ -104,24 +103,12 @@ class TxnRanks(_Model):
         else:
             narrow = {txn: mask for txn, mask in masks.items() if mask < _NARROW_LIMIT}
             wide = {txn: mask for txn, mask in masks.items() if mask >= _NARROW_LIMIT}
-        columns = [
-            pa.array(list(narrow), pa.string()),
-            pa.array(list(narrow.values()), pa.uint64()),
-        ]
         return cls(
-            packed=_pack(columns) if narrow else "",
+            packed=_pack(narrow) if narrow else "",
             wide_ids=list(wide),
             wide_masks=[format(m, "x") for m in wide.values()],
             malformed=malformed,
         )
-
-    @classmethod
-    def of_columns(
-        cls, txns: pa.Array, masks: npt.NDArray[np.uint64], *, malformed: int = 0
-    ) -> TxnRanks:
-        """The report of masks already in columns (ids distinct, every mask a uint64)."""
-        columns = [txns, pa.array(masks, pa.uint64())]
-        return cls(packed=_pack(columns) if len(txns) else "", malformed=malformed)
 
     def narrow(self) -> pa.Table:
         """The packed (id, mask) columns."""
@@ -148,23 +135,12 @@ _NARROW_LIMIT = 1 << 64
 _RANKS_SCHEMA = pa.schema([("id", pa.string(), False), ("mask", pa.uint64(), False)])
 
 
-def _pack(columns: list[pa.Array]) -> str:
-    """(id, mask) columns as base64 of an Arrow IPC stream."""
+def _pack(masks: Mapping[str, int]) -> str:
+    columns = [pa.array(list(masks), pa.string()), pa.array(list(masks.values()), pa.uint64())]
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, _RANKS_SCHEMA) as writer:
         writer.write_batch(pa.record_batch(columns, schema=_RANKS_SCHEMA))
     return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
-
-
-def union_masks(
-    txns: pa.ChunkedArray, masks: npt.NDArray[np.uint64]
-) -> tuple[pa.Array, npt.NDArray[np.uint64]]:
-    """Per distinct id of ``txns``, the union of its ``masks`` (parallel to ``txns``): ids
-    encoded to codes once, masks or-ed per code in numpy."""
-    encoded = pc.dictionary_encode(txns).combine_chunks()
-    union = np.zeros(len(encoded.dictionary), np.uint64)
-    np.bitwise_or.at(union, encoded.indices.to_numpy(), masks)
-    return encoded.dictionary, union
 
 
 def merged_masks(ranks: Iterable[TxnRanks]) -> dict[str, int]:
@@ -175,8 +151,10 @@ def merged_masks(ranks: Iterable[TxnRanks]) -> dict[str, int]:
     narrow = pa.concat_tables([_RANKS_SCHEMA.empty_table(), *(r.narrow() for r in reports)])
     seen: dict[str, int] = {}
     if narrow.num_rows:
-        txns, union = union_masks(narrow["id"], narrow["mask"].to_numpy())
-        seen = dict(zip(txns.to_pylist(), union.tolist(), strict=True))
+        encoded = pc.dictionary_encode(narrow["id"]).combine_chunks()
+        union = np.zeros(len(encoded.dictionary), np.uint64)
+        np.bitwise_or.at(union, encoded.indices.to_numpy(), narrow["mask"].to_numpy())
+        seen = dict(zip(encoded.dictionary.to_pylist(), union.tolist(), strict=True))
     for report in reports:
         for txn, mask in report.wide():
             seen[txn] = seen.get(txn, 0) | mask
