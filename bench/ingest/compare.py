@@ -1,0 +1,175 @@
+"""Two code trees' ``transactions: consistent`` over ``eventual``, measured in turns.
+
+Why: on the 2-core VM the benchmarks run on, the same code measured 0.78x and 0.865x half an
+hour apart (``bench/RESULTS.md``, source transactions, runs 7 and 8); a change worth a few
+percent shows only against its baseline measured in the same minutes. This runs
+``bench.ingest.transactions`` in this tree and in a ``git worktree`` of another commit by
+turns - ABBA, so a drift of the machine falls on both sides alike - one run at a time (each
+starts its own PostgreSQL, broker and Spark), and pools each side's rounds::
+
+    python -m bench.ingest.compare --against cb22b43 --pairs 3 -- --events 1000000 --repeat 2
+
+Everything after ``--`` goes to ``bench.ingest.transactions`` on both sides; the other tree
+must have that module (any commit since it was added) and print its table of rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+#: A row of ``bench.ingest.transactions``' table: mode, round, seconds, events/s, batches and,
+#: since ``d37019b``, CPU seconds "driver / JVM / workers / broker".
+_ROUND = re.compile(
+    r"^\| (consistent|eventual) \| \d+ \| [\d.]+ \| ([\d,]+) \| \d+ \|(?: ([\d./ ]+) \|)?$",
+    re.MULTILINE,
+)
+CPU_PARTS = ("driver", "jvm", "python workers", "broker")
+THIS, THAT = "this", "that"
+
+
+@dataclass(frozen=True)
+class Round:
+    mode: str
+    rate: float
+    cpu: tuple[float, ...] | None
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """A side's rounds pooled: the median events/s of each mode, their ratio, and the median
+    CPU seconds of consistent over eventual per component (None when a round lacks them)."""
+
+    runs: int
+    ratios: tuple[float, ...]
+    consistent: float
+    eventual: float
+    cpu_over: dict[str, float] | None
+
+    @property
+    def ratio(self) -> float:
+        return self.consistent / self.eventual
+
+
+def parse_rounds(report: str) -> list[Round]:
+    """The rounds of one ``bench.ingest.transactions`` report.
+
+    Raises:
+        ValueError: the text holds no round of either mode.
+    """
+    rounds = []
+    for mode, rate, cpu in _ROUND.findall(report):
+        parts = tuple(float(p) for p in cpu.split("/")) if cpu else None
+        rounds.append(Round(mode, float(rate.replace(",", "")), parts))
+    if {r.mode for r in rounds} != {"consistent", "eventual"}:
+        raise ValueError("the report has no rounds of both modes")
+    return rounds
+
+
+def pooled(runs: Sequence[list[Round]]) -> Pooled:
+    """One side's runs (each the rounds of one report) pooled."""
+    every = [r for run in runs for r in run]
+    consistent = statistics.median(r.rate for r in every if r.mode == "consistent")
+    eventual = statistics.median(r.rate for r in every if r.mode == "eventual")
+    return Pooled(len(runs), tuple(_ratio(run) for run in runs), consistent, eventual,
+                  _cpu_over(every))  # fmt: skip
+
+
+def _ratio(run: list[Round]) -> float:
+    rates = {m: statistics.median(r.rate for r in run if r.mode == m)
+             for m in ("consistent", "eventual")}  # fmt: skip
+    return rates["consistent"] / rates["eventual"]
+
+
+def _cpu_over(rounds: list[Round]) -> dict[str, float] | None:
+    if any(r.cpu is None or len(r.cpu) != len(CPU_PARTS) for r in rounds):
+        return None
+    over = {}
+    for i, name in enumerate(CPU_PARTS):
+        by_mode = {m: statistics.median(r.cpu[i] for r in rounds if r.mode == m and r.cpu)
+                   for m in ("consistent", "eventual")}  # fmt: skip
+        over[name] = by_mode["consistent"] - by_mode["eventual"]
+    return over
+
+
+def turns(pairs: int) -> list[str]:
+    """The sides in the order they run: ABBA ABBA ..., this tree first."""
+    order: list[str] = []
+    for pair in range(pairs):
+        order += [THIS, THAT] if pair % 2 == 0 else [THAT, THIS]
+    return order
+
+
+def report(sides: dict[str, Pooled], against: str) -> str:
+    lines = [
+        "| tree | runs | ratio per run | pooled consistent / eventual events/s | pooled ratio "
+        "| CPU s of consistent over eventual (medians) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for side, name in ((THIS, "this tree"), (THAT, against)):
+        p = sides[side]
+        cpu = ("n/a" if p.cpu_over is None
+               else ", ".join(f"{k} {v:+.1f}" for k, v in p.cpu_over.items()))  # fmt: skip
+        ratios = ", ".join(f"{r:.2f}x" for r in p.ratios)
+        lines.append(f"| {name} | {p.runs} | {ratios} | {p.consistent:,.0f} / "
+                     f"{p.eventual:,.0f} | **{p.ratio:.3f}x** | {cpu} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+@contextmanager
+def worktree(commit: str) -> Iterator[Path]:
+    """A detached ``git worktree`` of ``commit``, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="bench-compare-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], check=False,
+                       capture_output=True)  # fmt: skip
+
+
+def run_bench(tree: Path, bench_args: Sequence[str]) -> str:
+    """One ``bench.ingest.transactions`` run with ``tree``'s code; its report (stdout)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, "-m", "bench.ingest.transactions", *bench_args]
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the benchmark failed in {tree} (exit {done.returncode}): "
+                           f"{done.stderr.strip()[-2000:]}")  # fmt: skip
+    return done.stdout
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", required=True, help="the commit to compare this tree with")
+    parser.add_argument("--pairs", type=int, default=3, help="runs of each side")
+    parser.add_argument("bench_args", nargs="*", help="after --: bench.ingest.transactions'")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    here = Path(__file__).resolve().parents[2]
+    runs: dict[str, list[list[Round]]] = {THIS: [], THAT: []}
+    with worktree(args.against) as there:
+        for side in turns(args.pairs):
+            rounds = parse_rounds(run_bench(here if side == THIS else there, args.bench_args))
+            runs[side].append(rounds)
+            print(f"{side}: {_ratio(rounds):.2f}x", file=sys.stderr, flush=True)
+    print(f"command: python -m bench.ingest.compare {' '.join(sys.argv[1:])}")
+    print(report({side: pooled(r) for side, r in runs.items()}, args.against))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Comparing two trees' transactions benchmark: the rounds read back from the report the
+benchmark prints, each side pooled, the turns ABBA, and the other tree a real worktree."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.ingest.compare import THAT, THIS, parse_rounds, pooled, report, turns, worktree
+from bench.ingest.transactions import Run
+from bench.ingest.transactions import report as bench_report
+from ingest.transactions import TransactionMode
+
+C, E = TransactionMode.CONSISTENT, TransactionMode.EVENTUAL
+ARGS = argparse.Namespace(events=1000, keys=100, max_offsets=250, buckets=4, warmup_events=1000)
+
+
+def printed(*runs: tuple[TransactionMode, float, float]) -> str:
+    """The report ``bench.ingest.transactions`` prints for runs of (mode, seconds, driver)."""
+    return bench_report(
+        [Run(mode, 0, seconds, 1000, 5, {"driver": driver, "jvm": 4.0, "python workers": 12.0,
+                                         "broker": 2.0, "other": 0.0})
+         for mode, seconds, driver in runs],
+        ARGS, (1.0, 1.0, 1.0),
+    )  # fmt: skip
+
+
+def test_the_rounds_are_read_from_the_report_the_benchmark_prints() -> None:
+    rounds = parse_rounds(printed((E, 1.0, 0.2), (C, 1.25, 1.4)))
+
+    assert [(r.mode, r.rate) for r in rounds] == [("eventual", 1000.0), ("consistent", 800.0)]
+    assert rounds[1].cpu == (1.4, 4.0, 12.0, 2.0)
+
+
+def test_a_report_without_cpu_or_without_both_modes() -> None:
+    old = "| eventual | 0 | 8.7 | 115,413 | 5 |\n| consistent | 0 | 15.3 | 65,257 | 5 |"
+    assert [r.cpu for r in parse_rounds(old)] == [None, None]
+    assert pooled([parse_rounds(old)]).cpu_over is None
+    with pytest.raises(ValueError, match="both modes"):
+        parse_rounds("| eventual | 0 | 8.7 | 115,413 | 5 |")
+
+
+def test_a_side_pools_every_round_of_its_runs() -> None:
+    first = parse_rounds(printed((E, 1.0, 0.2), (C, 1.25, 1.4)))  # 1,000 and 800 events/s
+    second = parse_rounds(printed((E, 0.5, 0.2), (C, 1.0, 1.2)))  # 2,000 and 1,000
+
+    side = pooled([first, second])
+
+    assert side.ratios == (0.8, 0.5)
+    assert (side.consistent, side.eventual) == (900.0, 1500.0)
+    assert side.ratio == pytest.approx(0.6)
+    assert side.cpu_over == pytest.approx(
+        {"driver": 1.1, "jvm": 0.0, "python workers": 0.0, "broker": 0.0}
+    )
+    text = report({THIS: side, THAT: side}, "abc1234")
+    assert "| abc1234 | 2 | 0.80x, 0.50x | 900 / 1,500 | **0.600x** |" in text
+
+
+def test_the_sides_take_turns_abba() -> None:
+    assert turns(3) == [THIS, THAT, THAT, THIS, THIS, THAT]
+
+
+def test_the_other_side_is_a_worktree_of_the_commit_removed_afterwards() -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    with worktree("HEAD") as tree:
+        assert (tree / "bench" / "ingest" / "transactions.py").is_file()
+        at = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True,
+                            text=True, check=True).stdout.strip()  # fmt: skip
+        assert at == head
+    assert not Path(tree).exists()
+    listed = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True,
+                            check=True).stdout  # fmt: skip
+    assert str(tree) not in listed
