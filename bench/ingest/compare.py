@@ -16,16 +16,20 @@ must have that module (any commit since it was added) and print its table of rou
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+
+from bench.ingest.transactions import CPU_SHOWN
 
 #: A row of ``bench.ingest.transactions``' table: mode, round, seconds, events/s, batches and,
 #: since ``d37019b``, CPU seconds "driver / JVM / workers / broker".
@@ -33,7 +37,6 @@ _ROUND = re.compile(
     r"^\| (consistent|eventual) \| \d+ \| [\d.]+ \| ([\d,]+) \| \d+ \|(?: ([\d./ ]+) \|)?$",
     re.MULTILINE,
 )
-CPU_PARTS = ("driver", "jvm", "python workers", "broker")
 THIS, THAT = "this", "that"
 
 
@@ -78,27 +81,35 @@ def parse_rounds(report: str) -> list[Round]:
 def pooled(runs: Sequence[list[Round]]) -> Pooled:
     """One side's runs (each the rounds of one report) pooled."""
     every = [r for run in runs for r in run]
-    consistent = statistics.median(r.rate for r in every if r.mode == "consistent")
-    eventual = statistics.median(r.rate for r in every if r.mode == "eventual")
+    consistent, eventual = _medians(every, lambda r: r.rate)
     return Pooled(len(runs), tuple(_ratio(run) for run in runs), consistent, eventual,
                   _cpu_over(every))  # fmt: skip
 
 
+def _medians(rounds: list[Round], value: Callable[[Round], float]) -> tuple[float, float]:
+    """The median ``value`` of the consistent rounds and of the eventual ones."""
+    return (statistics.median(value(r) for r in rounds if r.mode == "consistent"),
+            statistics.median(value(r) for r in rounds if r.mode == "eventual"))  # fmt: skip
+
+
 def _ratio(run: list[Round]) -> float:
-    rates = {m: statistics.median(r.rate for r in run if r.mode == m)
-             for m in ("consistent", "eventual")}  # fmt: skip
-    return rates["consistent"] / rates["eventual"]
+    consistent, eventual = _medians(run, lambda r: r.rate)
+    return consistent / eventual
 
 
 def _cpu_over(rounds: list[Round]) -> dict[str, float] | None:
-    if any(r.cpu is None or len(r.cpu) != len(CPU_PARTS) for r in rounds):
+    cpus = [r.cpu for r in rounds]
+    if any(cpu is None or len(cpu) != len(CPU_SHOWN) for cpu in cpus):
         return None
     over = {}
-    for i, name in enumerate(CPU_PARTS):
-        by_mode = {m: statistics.median(r.cpu[i] for r in rounds if r.mode == m and r.cpu)
-                   for m in ("consistent", "eventual")}  # fmt: skip
-        over[name] = by_mode["consistent"] - by_mode["eventual"]
+    for at, name in enumerate(CPU_SHOWN):
+        consistent, eventual = _medians(rounds, partial(_cpu_at, at))
+        over[name] = consistent - eventual
     return over
+
+
+def _cpu_at(at: int, round_: Round) -> float:
+    return round_.cpu[at] if round_.cpu else math.nan
 
 
 def turns(pairs: int) -> list[str]:

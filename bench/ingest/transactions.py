@@ -340,7 +340,7 @@ def _cpu_over_eventual(runs: list[Run]) -> str:
     between runs than the events/s (the same code measured 0.78x and 0.87x half an hour
     apart), though a slow phase of the machine inflates them too."""
     parts = []
-    for name in _SHOWN:
+    for name in CPU_SHOWN:
         by_mode = {
             mode: statistics.median(r.cpu[name] for r in runs if r.mode is mode)
             for mode in (TransactionMode.CONSISTENT, TransactionMode.EVENTUAL)
@@ -350,12 +350,12 @@ def _cpu_over_eventual(runs: list[Run]) -> str:
     return "CPU s of consistent over eventual (medians): " + ", ".join(parts)
 
 
-#: The CPU components the report shows (``cpu.COMPONENTS`` but "other").
-_SHOWN = ("driver", "jvm", "python workers", "broker")
+#: The CPU components the report shows, in its order (``cpu.COMPONENTS`` but "other").
+CPU_SHOWN = ("driver", "jvm", "python workers", "broker")
 
 
 def _cpu(run: Run) -> str:
-    parts = [run.cpu[name] for name in _SHOWN]
+    parts = [run.cpu[name] for name in CPU_SHOWN]
     return " / ".join(f"{seconds:.1f}" for seconds in parts)
 
 
