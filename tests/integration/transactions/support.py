@@ -9,6 +9,7 @@ breaks one of them.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from catalog import Catalog, TableNotFoundError
+from catalog import Catalog, TableNotFoundError, VersionInfo
 from tests.fixtures.broker import create_topic, produce
 from tests.fixtures.debezium_events import field as connect_field
 from tests.fixtures.debezium_events import key, payload, pg_source, value
@@ -165,33 +166,41 @@ class Bank:
 # -- reading every lake version --------------------------------------------------------------
 
 
-def versions_by_batch(catalog: Catalog, name: str) -> dict[int, int]:
-    """batch id -> the table version that batch's commit made."""
+def job_commits(catalog: Catalog, name: str) -> dict[tuple[str, int], VersionInfo]:
+    """(writer id, batch id) -> the version of table ``name`` that batch's commit made.
+
+    Keyed by the writer too: a job that lost its checkpoint is a new writer whose batch ids
+    start from 0 again, so batch ids alone would pair versions of two runs."""
     try:
         table = catalog.load_table(name)
     except TableNotFoundError:
         return {}
-    return {v.batch_id: v.version for v in table.history(limit=10_000) if v.batch_id is not None}
+    return {(v.writer_id, v.batch_id): v for v in table.history(limit=10_000)}
 
 
 def cuts(
     catalog: Catalog, tables: tuple[str, str] = (ACCOUNTS, AUDIT)
 ) -> Iterator[tuple[int, dict[str, list[dict[str, Any]]]]]:
-    """For each committed batch, in order: the accounts and audit tables' rows (keyed
-    ``public.accounts`` and ``public.audit`` whatever the lake names) as that commit left them."""
-    by_table = {t: versions_by_batch(catalog, t) for t in tables}
-    batches = sorted({b for versions in by_table.values() for b in versions})
-    for batch in batches:
+    """For each committed batch, in commit order, numbered from 0: the accounts and audit
+    tables' rows (keyed ``public.accounts`` and ``public.audit`` whatever the lake names) as
+    that commit left them."""
+    by_table = {t: job_commits(catalog, t) for t in tables}
+    first_seen: dict[tuple[str, int], dt.datetime] = {}
+    for versions in by_table.values():
+        for batch, info in versions.items():
+            first_seen[batch] = min(first_seen.get(batch, info.committed_at), info.committed_at)
+    order = sorted(first_seen, key=first_seen.__getitem__)
+    for number, batch in enumerate(order):
         state: dict[str, list[dict[str, Any]]] = {}
         for name, versions in by_table.items():
-            known = [v for b, v in versions.items() if b <= batch]
+            known = [v.version for k, v in versions.items() if first_seen[k] <= first_seen[batch]]
             shown = ACCOUNTS if name == tables[0] else AUDIT
             if not known:
                 state[shown] = []
                 continue
             table = catalog.load_table(name)
             state[shown] = table.scan(version=max(known)).to_arrow().to_pylist()
-        yield batch, state
+        yield number, state
 
 
 def broken(state: dict[str, list[dict[str, Any]]], accounts: int) -> str | None:
