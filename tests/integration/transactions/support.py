@@ -167,7 +167,7 @@ class Bank:
 
 
 def job_commits(catalog: Catalog, name: str) -> dict[tuple[str, int], VersionInfo]:
-    """(writer id, batch id) -> the version of table ``name`` that batch's commit made.
+    """(writer id, batch id) -> the history entry of table ``name`` that batch's commit made.
 
     Keyed by the writer too: a job that lost its checkpoint is a new writer whose batch ids
     start from 0 again, so batch ids alone would pair versions of two runs."""
