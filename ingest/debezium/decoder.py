@@ -21,7 +21,7 @@ consistent`` holds events of transactions it cannot publish yet); the fast path 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import orjson
@@ -59,13 +59,19 @@ def decode_records(records: Iterable[RawRecord], config: DecoderConfig) -> Decod
 
 class RecordHold(Protocol):
     """Takes messages out of a batch before their rows are kept (``transactions: consistent``
-    holds the events of transactions it cannot publish yet): each method returns whether the
-    message is held. The decoder asks for every message but tombstones, once."""
+    holds the events of transactions it cannot publish yet): each method says which messages
+    are held. The decoder asks about every message but tombstones, once."""
 
     def fast(
-        self, chunk: RecordChunk, index: int, value: bytes, block: TransactionBlock | None
-    ) -> bool:
-        """A message the fast path decoded; ``block``: its ``transaction`` block."""
+        self,
+        chunk: RecordChunk,
+        base: int,
+        origins: Sequence[int],
+        blocks: Sequence[TransactionBlock | None],
+    ) -> list[int]:
+        """Messages the fast path decoded, a run of them at a time: the record at ``origins[i]
+        - base`` of ``chunk`` and its ``transaction`` block ``blocks[i]``. Returns the ``i``
+        held, ascending (a run at a time: one call per ~2,000 events instead of one each)."""
         ...
 
     def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
@@ -127,6 +133,7 @@ class _Batch:
         seqs: list[bytes] = []
         origins: list[int] = []
         hold = self.hold
+        blocks: list[TransactionBlock | None] = []  # with a hold: each kept row's block
         for index, value in enumerate(chunk.values):
             if not value:
                 self.tombstones += 1
@@ -135,22 +142,45 @@ class _Batch:
                 hit = fast.decode(value)
                 if hit is not None:
                     misses = 0
-                    if hold is None or not hold.fast(chunk, index, value, hit[2]):
-                        kept.append(hit[0])
-                        seqs.append(hit[1])
-                        origins.append(base + index)
+                    kept.append(hit[0])
+                    seqs.append(hit[1])
+                    origins.append(base + index)
+                    if hold is not None:
+                        blocks.append(hit[2])
                     continue
                 misses += 1
                 if kept:  # the general path appends too: keep the batch order
-                    rows.extend_fast(kept, seqs, origins)
-                    kept, seqs, origins = [], [], []
+                    self._keep_fast(rows, chunk, base, (kept, seqs, origins), blocks)
+                    kept, seqs, origins, blocks = [], [], [], []
             if hold is not None and hold.raw(chunk, index, value):
                 continue
             trying = misses <= _MAX_FAST_MISSES
             self._general(rows, chunk, index, base, value, arm=trying)
             fast = rows.fast_rows() if trying else None
         if kept:
-            rows.extend_fast(kept, seqs, origins)
+            self._keep_fast(rows, chunk, base, (kept, seqs, origins), blocks)
+
+    def _keep_fast(
+        self,
+        rows: TableRows,
+        chunk: RecordChunk,
+        base: int,
+        run: tuple[list[tuple[object, ...]], list[bytes], list[int]],
+        blocks: list[TransactionBlock | None],
+    ) -> None:
+        """Hand a run of fast rows to ``rows``, less those the hold takes (few: the events of
+        transactions not published yet)."""
+        kept, seqs, origins = run
+        held = () if self.hold is None else self.hold.fast(chunk, base, origins, blocks)
+        if held:
+            out = set(held)
+            keep = [i for i in range(len(kept)) if i not in out]
+            if not keep:
+                return
+            kept = [kept[i] for i in keep]
+            seqs = [seqs[i] for i in keep]
+            origins = [origins[i] for i in keep]
+        rows.extend_fast(kept, seqs, origins)
 
     def _general(
         self, rows: TableRows, chunk: RecordChunk, index: int, base: int, value: bytes, *,

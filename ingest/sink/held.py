@@ -162,38 +162,90 @@ class HeldSplit:
     """The decoder's :class:`~ingest.debezium.RecordHold` in ``transactions: consistent``: reads
     each event's transaction and rank, and holds the events of transactions not in ``publish``.
 
-    The decoder's fast path hands over the envelope's ``transaction`` block it has already
-    decoded (a fraction of the cost of :func:`event_ref` looking for it again); every other
+    The decoder's fast path hands over the envelope's ``transaction`` blocks it has already
+    decoded (a fraction of the cost of :func:`event_ref` looking for them again); every other
     message goes through :func:`event_ref`, which is what decides for odd blocks too. A block
     that names no transaction and rank is counted in :attr:`malformed` and its event passes
-    through as one without a block."""
+    through as one without a block.
+
+    A task reads one topic-partition range, where a source transaction's events come one after
+    another (commit order): the fast path keeps the current transaction's mask and decision in
+    locals and records one (id, mask) per run of it, instead of probing a ~1 MB dict and the
+    publish set per event (memory-bound lookups, half of what the hold cost). An id may so be
+    recorded more than once; the report's masks are or-ed per id wherever they are read."""
 
     def __init__(self, publish: frozenset[str]) -> None:
         self.publish = publish
         #: Per transaction, the ranks of its events seen (held or not), as a mask (bit n for
-        #: rank n) built event by event; ranks beyond ``BITWISE_LIMIT`` wait in lists (see
-        #: :func:`~ingest.transactions.ranges.mask_of`).
+        #: rank n), for events the fast path did not read; ranks beyond ``BITWISE_LIMIT`` wait
+        #: in lists (see :func:`~ingest.transactions.ranges.mask_of`).
         self.masks: dict[str, int] = {}
         self._wide: dict[str, list[int]] = {}
+        #: The fast path's runs, ended: a transaction id and the mask of its ranks in the run.
+        self._run_ids: list[str] = []
+        self._run_masks: list[int] = []
+        #: The run under way: its transaction ("": none), the ``txId`` an event's id must
+        #: start with to extend it (None: only an equal id does), its mask, whether it is held.
+        self._run: tuple[str, str | None, int, bool] = ("", None, 0, False)
         self.malformed = 0
         self._held: dict[int, tuple[RecordChunk, list[tuple[int, str, int]]]] = {}
 
     def fast(
-        self, chunk: RecordChunk, index: int, value: bytes, block: TransactionBlock | None
-    ) -> bool:
-        if block is None:
-            return False  # null or no block: an event without metadata
-        # block_ref, normalise_id and _take, inlined: this runs for every event a task reads
+        self,
+        chunk: RecordChunk,
+        base: int,
+        origins: Sequence[int],
+        blocks: Sequence[TransactionBlock | None],
+    ) -> list[int]:
+        held: list[int] = []
+        picks: list[tuple[int, str, int]] | None = None
+        publish = self.publish
+        txn, extends, mask, holding = self._run
+        # normalise_id and _take inlined, a transaction at a time: this runs for every event
+        for at, block in enumerate(blocks):
+            if block is None:
+                continue  # null or no block: an event without metadata
+            raw, order = block.id, block.total_order
+            if (type(raw) is not str or not raw or type(order) is not int
+                    or not 0 < order <= BITWISE_LIMIT):  # fmt: skip
+                if self._odd(chunk, origins[at] - base, block):
+                    held.append(at)
+                continue
+            tx_id, colon, lsn = raw.partition(":")
+            if tx_id != extends or not (lsn.isdecimal() or not colon):
+                if colon and tx_id.isdecimal() and lsn.isdecimal():
+                    first, extends = tx_id, tx_id
+                else:
+                    first, extends = raw, (raw if not colon and raw.isdecimal() else None)
+                if first != txn:
+                    if txn:
+                        self._run_ids.append(txn)
+                        self._run_masks.append(mask)
+                    txn, mask, holding = first, 0, first not in publish
+            mask |= 1 << order
+            if holding:
+                if picks is None:
+                    picks = self._picks(chunk)
+                picks.append((origins[at] - base, txn, order))
+                held.append(at)
+        self._run = (txn, extends, mask, holding)
+        return held
+
+    def _odd(self, chunk: RecordChunk, index: int, block: TransactionBlock) -> bool:
+        """An event whose block the fast path's loop does not read: odd but maybe readable
+        (read as :func:`event_ref` reads it), or with a rank past ``BITWISE_LIMIT``."""
         raw, order = block.id, block.total_order
         if type(raw) is not str or not raw or type(order) is not int:
-            return self.raw(chunk, index, value)  # odd but maybe readable: as event_ref reads
-        if not 1 <= order <= BITWISE_LIMIT:
-            return self._take_wide(chunk, index, normalise_id(raw), order)
-        tx_id, colon, lsn = raw.partition(":")
-        txn = tx_id if colon and tx_id.isdecimal() and lsn.isdecimal() else raw
-        masks = self.masks
-        masks[txn] = masks.get(txn, 0) | 1 << order
-        return txn not in self.publish and self._hold(chunk, index, txn, order)
+            value = chunk.values[index]  # never None: the fast path decoded it
+            return value is not None and self.raw(chunk, index, value)
+        return self._take_wide(chunk, index, normalise_id(raw), order)
+
+    def _end_run(self) -> None:
+        txn, _, mask, _ = self._run
+        if txn:
+            self._run_ids.append(txn)
+            self._run_masks.append(mask)
+        self._run = ("", None, 0, False)
 
     def raw(self, chunk: RecordChunk, index: int, value: bytes) -> bool:
         try:
@@ -219,11 +271,15 @@ class HeldSplit:
         return txn not in self.publish and self._hold(chunk, index, txn, order)
 
     def _hold(self, chunk: RecordChunk, index: int, txn: str, order: int) -> bool:
+        self._picks(chunk).append((index, txn, order))
+        return True
+
+    def _picks(self, chunk: RecordChunk) -> list[tuple[int, str, int]]:
+        """The (index, txn id, total_order) of the records of ``chunk`` held."""
         picks = self._held.get(id(chunk))
         if picks is None:
             picks = self._held[id(chunk)] = (chunk, [])
-        picks[1].append((index, txn, order))
-        return True
+        return picks[1]
 
     def held(self) -> pa.Table | None:
         """The held table's rows of the events held, or None."""
@@ -236,13 +292,13 @@ class HeldSplit:
         return set() if picks is None else {i for i, _, _ in picks[1]}
 
     def txn_ranks(self) -> TxnRanks:
-        """Per transaction the ranks seen, as a task reports them."""
-        masks = self.masks
-        if self._wide:
-            masks = dict(masks)
-            for txn, orders in self._wide.items():
-                masks[txn] = masks.get(txn, 0) | mask_of(orders)
-        return TxnRanks.of(masks, malformed=self.malformed)
+        """Per transaction the ranks seen, as a task reports them (an id maybe more than once:
+        the runs of the fast path, the other events, the wide ranks)."""
+        self._end_run()
+        ids = [*self._run_ids, *self.masks, *self._wide]
+        masks = [*self._run_masks, *self.masks.values()]
+        masks.extend(mask_of(orders) for orders in self._wide.values())
+        return TxnRanks.of_pairs(ids, masks, malformed=self.malformed)
 
 
 def held_rows(chunk: RecordChunk, picks: Sequence[tuple[int, str, int]]) -> pa.Table:

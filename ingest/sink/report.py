@@ -88,6 +88,9 @@ class TxnRanks(_Model):
     the benchmark 120,000 entries - and the driver waits for them before it commits; pydantic
     reading them as lists of strings and a Python loop merging them took ~70 ms a batch, the
     packed columns and :func:`merged_masks` ~20 ms.
+
+    An id may come more than once (a task records a run of a transaction's events at a time,
+    not a dict entry per event); its masks are or-ed wherever they are read.
     """
 
     packed: str = ""
@@ -104,9 +107,23 @@ class TxnRanks(_Model):
             narrow = {txn: mask for txn, mask in masks.items() if mask < _NARROW_LIMIT}
             wide = {txn: mask for txn, mask in masks.items() if mask >= _NARROW_LIMIT}
         return cls(
-            packed=_pack(narrow) if narrow else "",
+            packed=_pack(list(narrow), list(narrow.values())) if narrow else "",
             wide_ids=list(wide),
             wide_masks=[format(m, "x") for m in wide.values()],
+            malformed=malformed,
+        )
+
+    @classmethod
+    def of_pairs(cls, ids: list[str], masks: list[int], *, malformed: int = 0) -> TxnRanks:
+        """:meth:`of` for parallel lists in which an id may repeat."""
+        if not masks or max(masks) < _NARROW_LIMIT:
+            return cls(packed=_pack(ids, masks) if ids else "", malformed=malformed)
+        narrow = [i for i, mask in enumerate(masks) if mask < _NARROW_LIMIT]
+        wide = [i for i, mask in enumerate(masks) if mask >= _NARROW_LIMIT]
+        return cls(
+            packed=_pack([ids[i] for i in narrow], [masks[i] for i in narrow]) if narrow else "",
+            wide_ids=[ids[i] for i in wide],
+            wide_masks=[format(masks[i], "x") for i in wide],
             malformed=malformed,
         )
 
@@ -120,14 +137,12 @@ class TxnRanks(_Model):
         return zip(self.wide_ids, (int(m, 16) for m in self.wide_masks), strict=True)
 
     def items(self) -> Iterator[tuple[str, int]]:
-        """(transaction id, mask) pairs."""
-        narrow = self.narrow()
-        yield from zip(narrow["id"].to_pylist(), narrow["mask"].to_pylist(), strict=True)
-        yield from self.wide()
+        """(transaction id, mask) pairs, each id once."""
+        return iter(merged_masks([self]).items())
 
     def __len__(self) -> int:
-        rows: int = self.narrow().num_rows
-        return rows + len(self.wide_ids)
+        """The transactions reported."""
+        return len(merged_masks([self]))
 
 
 #: Masks below this travel as uint64 (bit 0 is never set: ranks start at 1).
@@ -135,8 +150,8 @@ _NARROW_LIMIT = 1 << 64
 _RANKS_SCHEMA = pa.schema([("id", pa.string(), False), ("mask", pa.uint64(), False)])
 
 
-def _pack(masks: Mapping[str, int]) -> str:
-    columns = [pa.array(list(masks), pa.string()), pa.array(list(masks.values()), pa.uint64())]
+def _pack(ids: list[str], masks: list[int]) -> str:
+    columns = [pa.array(ids, pa.string()), pa.array(masks, pa.uint64())]
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, _RANKS_SCHEMA) as writer:
         writer.write_batch(pa.record_batch(columns, schema=_RANKS_SCHEMA))
