@@ -36,6 +36,20 @@ def test_a_report_gives_back_the_masks_it_was_made_of(masks: dict[str, int]) -> 
     assert len(back) == len(masks)
 
 
+@given(st.lists(st.tuples(ids, ranks.map(lambda rs: sum(1 << r for r in rs))), max_size=12))
+def test_a_task_may_report_an_id_more_than_once(pairs: list[tuple[str, int]]) -> None:
+    """A task reports a run of a transaction's events at a time: an id may repeat, narrow and
+    wide masks of it mixed; the driver and ``items`` or them per id."""
+    expected: dict[str, int] = {}
+    for txn, mask in pairs:
+        expected[txn] = expected.get(txn, 0) | mask
+    report = TaskReport(txn_ranks=TxnRanks.of_pairs([t for t, _ in pairs], [m for _, m in pairs]))
+    back = TaskReport.model_validate_json(report.model_dump_json()).txn_ranks
+    assert merged_masks([back]) == expected
+    assert dict(back.items()) == expected
+    assert len(back) == len(expected)
+
+
 def test_only_masks_past_64_bits_travel_as_hex() -> None:
     ranks = TxnRanks.of({"narrow": 1 << 63, "wide": 1 << 64})
     assert ranks.wide_ids == ["wide"]
