@@ -16,7 +16,7 @@ raw key and value, its topic, partition and offset, a reason and the error text.
 
 A :class:`RecordHold` may take messages out before their rows are kept (``transactions:
 consistent`` holds events of transactions it cannot publish yet); the fast path hands it the
-``transaction`` block it decoded along with the row.
+``transaction`` blocks it decoded along with the rows, a run of rows at a time.
 """
 
 from __future__ import annotations
