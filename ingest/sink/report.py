@@ -101,22 +101,12 @@ class TxnRanks(_Model):
 
     @classmethod
     def of(cls, masks: Mapping[str, int], *, malformed: int = 0) -> TxnRanks:
-        if not masks or max(masks.values()) < _NARROW_LIMIT:
-            narrow, wide = masks, {}  # the common case, without a pass in Python
-        else:
-            narrow = {txn: mask for txn, mask in masks.items() if mask < _NARROW_LIMIT}
-            wide = {txn: mask for txn, mask in masks.items() if mask >= _NARROW_LIMIT}
-        return cls(
-            packed=_pack(list(narrow), list(narrow.values())) if narrow else "",
-            wide_ids=list(wide),
-            wide_masks=[format(m, "x") for m in wide.values()],
-            malformed=malformed,
-        )
+        return cls.of_pairs(list(masks), list(masks.values()), malformed=malformed)
 
     @classmethod
     def of_pairs(cls, ids: list[str], masks: list[int], *, malformed: int = 0) -> TxnRanks:
         """:meth:`of` for parallel lists in which an id may repeat."""
-        if not masks or max(masks) < _NARROW_LIMIT:
+        if not masks or max(masks) < _NARROW_LIMIT:  # the common case, without a pass in Python
             return cls(packed=_pack(ids, masks) if ids else "", malformed=malformed)
         narrow = [i for i, mask in enumerate(masks) if mask < _NARROW_LIMIT]
         wide = [i for i, mask in enumerate(masks) if mask >= _NARROW_LIMIT]
