@@ -11,7 +11,7 @@ import pytest
 
 from catalog import Catalog
 from ingest.debezium import DecoderConfig
-from ingest.job import IngestJobConfig, run_ingest
+from ingest.job import YOUNG_THRESHOLD, IngestJobConfig, run_ingest
 from ingest.sink.plan import SourceFormat
 from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
@@ -136,21 +136,25 @@ def test_the_driver_heap_is_frozen_while_the_query_runs_and_handed_back(
     for i in range(1, 41):
         source.insert(i, f"c{i}@example.com")
     kafka.produce(topic, source.take())
-    frozen_in_batches: list[int] = []
+    in_batches: list[tuple[int, tuple[int, ...]]] = []
+    thresholds = gc.get_threshold()
     assert gc.get_freeze_count() == 0
 
     run = run_ingest(
         cdc_config(kafka, topic, tmp_path),
         spark,
         catalog,
-        observer=lambda _: frozen_in_batches.append(gc.get_freeze_count()),
+        observer=lambda _: in_batches.append((gc.get_freeze_count(), gc.get_threshold())),
     )
 
-    assert run.batches_committed >= 1 and len(frozen_in_batches) == run.batches_committed
+    assert run.batches_committed >= 1 and len(in_batches) == run.batches_committed
     # the collector skipped what the driver held before the query (full collections walked
-    # it every batch), and the process has its heap back as it was
-    assert all(count > 10_000 for count in frozen_in_batches)
+    # it every batch) and collected young objects rarely (the book's states were walked again
+    # and again), and the process has its heap and thresholds back as they were
+    assert all(count > 10_000 for count, _ in in_batches)
+    assert all(during == (YOUNG_THRESHOLD, *thresholds[1:]) for _, during in in_batches)
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
     assert table_state(catalog, "shop.customers") == source.rows
 
 
