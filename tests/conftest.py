@@ -1,6 +1,7 @@
 """Fixtures live in small modules under tests/fixtures and are registered here."""
 
 pytest_plugins = [
+    "tests.fixtures.bytecode",
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
     "tests.fixtures.spark",
