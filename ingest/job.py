@@ -11,13 +11,11 @@ at the offsets in the catalog.
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 from catalog import Catalog, CatalogError, OutageGuard
 from catalog.logs import get_logger
 from ingest import startpoint
+from ingest.collector import collector_for_batches
 from ingest.config import IngestJobConfig
 from ingest.errors import IngestError, QueryFailed
 from ingest.failpoints import Failpoint
@@ -92,7 +91,7 @@ def run_ingest(
     )
     if config.fail_at is not None:
         config.fail_at.trip(Failpoint.BEFORE_QUERY)
-    with _collector_for_batches():
+    with collector_for_batches():
         sink.read_ahead_first(start.offsets)
         try:
             query = _start(config, spark, sink, options)
@@ -109,45 +108,6 @@ def run_ingest(
         finally:
             sink.close()
     return IngestRun(sink.batches_committed, incarnation, sink.records_read, start.origin)
-
-
-#: The collector's first threshold while a query runs: new container objects between two
-#: young collections (CPython's default is 700). See :func:`_collector_for_batches`.
-YOUNG_THRESHOLD = 100_000
-
-
-@contextmanager
-def _collector_for_batches() -> Iterator[None]:
-    """While the query runs, Python's cyclic garbage collector leaves alone what the driver
-    held before it (``gc.freeze``: PySpark, py4j, pyarrow, pydantic - ~125,000 objects), and
-    collects young objects every :data:`YOUNG_THRESHOLD` new ones, not every 700.
-
-    Why: in ``transactions: consistent`` the driver builds tens of thousands of objects a batch
-    (Kafka messages, markers, transaction states; the book's live a batch). Over the whole heap
-    that set off about one full collection a batch, each walking it: 80-190 ms of the driver's
-    CPU in the gap between two batches, where Spark plans the next one (benchmark, 2 cores).
-    Over the frozen heap one took 26-42 ms, and with the default threshold the collector still
-    ran ~530 young, ~48 middle and ~5 full collections in a 1M-event run, walking the book's
-    states again each time they moved up: 310-390 ms of the driver's time (``gc.callbacks``),
-    most of it on the threads that prepare, decide and commit a batch. With 100,000 it ran ~6
-    young ones in all (~8 ms).
-
-    Garbage is still freed as its references go; cycles wait at most for the next young
-    collection (a few MB), and those among the frozen objects until the query ends, when they
-    and the thresholds are handed back. A process that froze its heap itself manages its
-    collector: it keeps both as they were."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.collect()
-    gc.freeze()
-    thresholds = gc.get_threshold()
-    gc.set_threshold(YOUNG_THRESHOLD, *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
 
 
 def _configured_start(config: IngestJobConfig) -> OffsetsJson:

@@ -28,6 +28,7 @@ from catalog import (
 )
 from catalog.files import check_evolution, is_widening, read_whole_files
 from catalog.logs import get_logger
+from ingest.collector import tune_worker_collector
 from ingest.debezium import (
     DeadLetter,
     DeadLetterReason,
@@ -66,6 +67,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
     """``mapInArrow`` body: the task's offset ranges in, their records read from Kafka here,
     decoded and written; one report row out (the records never pass through the JVM)."""
     started_cpu, started = time.process_time(), time.monotonic()
+    tune_worker_collector()
     configure_worker_logging(plan.log_level)
     log = get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
     ranges = [rng for batch in batches for rng in ranges_of(batch)]

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from catalog import Catalog
+from ingest.collector import YOUNG_THRESHOLD
 from ingest.debezium import DecoderConfig
-from ingest.job import YOUNG_THRESHOLD, IngestJobConfig, run_ingest
+from ingest.job import IngestJobConfig, run_ingest
 from ingest.sink.plan import SourceFormat
 from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
