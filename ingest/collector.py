@@ -14,7 +14,9 @@ Measured on the 2-core benchmark machine (``bench.ingest.transactions``, 1M even
   run took 10.8-12.6 s instead of 8.0-8.5 (both modes);
 - the driver in ``transactions: consistent`` (Kafka messages, markers, transaction states: tens
   of thousands a batch) spent 310-390 ms a run in the collector, most of it on the threads that
-  prepare, decide and commit a batch; ~8 ms with :func:`collector_for_batches`.
+  prepare, decide and commit a batch; ~8 ms with :func:`collector_for_batches` (end to end
+  the benchmark could not tell the difference: 0.825x against 0.863x over 3 runs each, inside
+  its noise).
 
 Both do the same: what the process holds when the work starts is frozen (``gc.freeze``: the
 collector leaves it alone), and young objects are collected every :data:`YOUNG_THRESHOLD` new
