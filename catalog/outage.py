@@ -18,6 +18,10 @@ a conflict or any other error passes through at once: those are the caller's to 
 is safe because every call a guard wraps either reads, or commits under an idempotency key (a
 commit retried after an unknown outcome is recognised, never landed twice).
 
+One attempt waits for a pooled connection no longer than what is left of the budget
+(:func:`connection_wait`): with the database down, the pool's own wait (``connect_timeout``, 10 s)
+would otherwise let a budget of 4 s run to 10.
+
 Interactive readers (``Table.scan``, the CLI, the Spark reader's planning) use no guard: they
 fail fast with :class:`CatalogUnavailableError` and leave waiting to the person.
 
@@ -32,7 +36,9 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -43,6 +49,32 @@ from catalog.retry import RetryPolicy
 T = TypeVar("T")
 
 DEFAULT_OUTAGE_BUDGET_S = 300.0
+#: Seconds of the outage budget left for the guarded attempt running in this context.
+_BUDGET_LEFT: ContextVar[float | None] = ContextVar("catalog_budget_left", default=None)
+
+
+def connection_wait(default: float) -> float:
+    """How long a catalog call may wait for a pooled connection: ``default`` (the store's
+    ``connect_timeout``), or what is left of the outage budget of the guarded attempt it runs
+    in, when that is less.
+
+    A call made after its outage's budget was spent (a caller that caught the
+    :class:`CatalogOutageError` and went on) makes one attempt, with the whole ``default``: a
+    pool reconnecting to a database that is back needs that long, and a call that never got it
+    would leave the outage unended for good."""
+    left = _BUDGET_LEFT.get()
+    if left is None or left <= 0:
+        return default
+    return min(default, left)
+
+
+@contextmanager
+def _budget_left(seconds: float) -> Iterator[None]:
+    token = _BUDGET_LEFT.set(seconds)
+    try:
+        yield
+    finally:
+        _BUDGET_LEFT.reset(token)
 
 
 class _Log(Protocol):
@@ -155,7 +187,8 @@ class OutageGuard:
         for _ in self._retry_policy().attempts_iter():
             began = self._clock()
             try:
-                result = fn()
+                with _budget_left(self._left(began)):
+                    result = fn()
             except Exception as exc:
                 kind = _retry_kind(exc, retry_also)
                 if kind is None:
@@ -181,11 +214,15 @@ class OutageGuard:
                 outages=state.outages,
             )
 
-    def _retry_policy(self) -> RetryPolicy:
-        """Back-off for this call, its deadline what is left of the current outage's budget."""
+    def _left(self, now: float) -> float:
+        """Seconds left of the current outage's budget (all of it while the catalog answers)."""
         with self._lock:
             started = self._state.outage_started
-        left = self.policy.budget - (0.0 if started is None else self._clock() - started)
+        return self.policy.budget - (0.0 if started is None else now - started)
+
+    def _retry_policy(self) -> RetryPolicy:
+        """Back-off for this call, its deadline what is left of the current outage's budget."""
+        left = self._left(self._clock())
         return RetryPolicy(
             attempts=1_000_000,  # bounded by the deadline
             base_delay=self.policy.base_delay,

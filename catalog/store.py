@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from catalog.errors import CatalogUnavailableError, InvalidNameError, UnavailableKind
 from catalog.migrations import DEFAULT_SCHEMA, migrate, require_current
+from catalog.outage import connection_wait
 
 Row = dict[str, Any]
 
@@ -129,11 +130,15 @@ class PgStore:
     def connection(self) -> Iterator[psycopg.Connection[DictRow]]:
         """A pooled connection. Every transient driver failure in the block (and in handing out
         the connection) leaves as :class:`CatalogUnavailableError`, so no caller can let a
-        psycopg error escape the catalog by forgetting :func:`translate_errors`."""
+        psycopg error escape the catalog by forgetting :func:`translate_errors`. Waits for a
+        free connection up to ``connect_timeout``, or what a guarded call's outage budget has
+        left (:func:`catalog.outage.connection_wait`)."""
         try:
             with (
                 translate_errors(),
-                self._pool.connection(timeout=self.settings.connect_timeout) as conn,
+                self._pool.connection(
+                    timeout=connection_wait(self.settings.connect_timeout)
+                ) as conn,
             ):
                 yield conn
         except PoolTimeout as exc:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from catalog import (
     Catalog,
     CatalogError,
+    CatalogOutageError,
     CatalogUnavailableError,
     CommitOp,
     OutageGuard,
@@ -142,3 +144,25 @@ def test_concurrent_guarded_calls_share_one_outage(outage_pg: CrashablePostgres,
         outage.wait()
         assert found == [["logs.events"]] * 3
         assert guard.stats().outages >= 1
+
+
+def test_a_budget_shorter_than_the_connection_wait_ends_the_outage_on_time(
+    outage_pg: CrashablePostgres, tmp_path: Path
+):
+    dsn = outage_pg.database()
+    settings = StoreSettings(pool_size=2)  # the pool waits up to 10 s for a connection
+    with Catalog.connect(dsn, warehouse=tmp_path, settings=settings) as catalog:
+        catalog.create_table("logs.events", SCHEMA)
+        guard = OutageGuard("catalog", OutagePolicy(budget=2, max_delay=0.5))
+        outage_pg.crash()
+        try:
+            began = time.monotonic()
+            with pytest.raises(CatalogOutageError) as raised:
+                guard.call("list", catalog.list_tables)
+            took = time.monotonic() - began
+        finally:
+            outage_pg.recover()
+        assert settings.connect_timeout == 10
+        # each attempt waited for a connection only as long as the budget had left
+        assert raised.value.outage_s <= 2.5 and took < 6
+        assert guard.call("list", catalog.list_tables) == ["logs.events"]

@@ -14,7 +14,7 @@ from catalog import (
     CommitStateUnknown,
     UnavailableKind,
 )
-from catalog.outage import OutageGuard, OutagePolicy
+from catalog.outage import OutageGuard, OutagePolicy, connection_wait
 from tests.fixtures.racing import FakeTime
 
 CATALOG = "postgresql://app:***@db.internal:5432/lake"
@@ -96,6 +96,51 @@ def test_the_budget_ends_the_wait_with_an_error_naming_catalog_and_length():
     assert error.__cause__.kind is UnavailableKind.CONNECTION
     assert CATALOG in str(error) and "the outage budget is 20 s" in str(error)
     assert "catalog_available" not in lines.events()
+
+
+def waiting_for_connections(t: FakeTime, waits: list[float]) -> Callable[[], str]:
+    """A call that waits as long as it may for a pooled connection (the database is down),
+    then fails as the store does: no connection."""
+
+    def call() -> str:
+        waits.append(connection_wait(10.0))  # the store's connect_timeout
+        t.now += waits[-1]
+        raise down(UnavailableKind.NO_CONNECTION)
+
+    return call
+
+
+def test_an_attempt_waits_for_a_connection_no_longer_than_the_budget_has_left():
+    t, lines = FakeTime(), Lines()
+    waits: list[float] = []
+    with pytest.raises(CatalogOutageError) as raised:
+        guard(t, lines, budget=4.0).call("plan", waiting_for_connections(t, waits))
+    assert waits == [4.0]  # not the pool's 10 s: a budget of 4 s ends after 4
+    assert raised.value.outage_s == 4.0
+
+    t, waits = FakeTime(), []
+    with pytest.raises(CatalogOutageError) as raised:
+        guard(t, lines, budget=25.0).call("plan", waiting_for_connections(t, waits))
+    assert waits[:2] == [10.0, 10.0] and 0 < waits[-1] < 10.0  # the last gets what is left
+    assert raised.value.outage_s <= 25.0
+
+
+def test_outside_a_guarded_attempt_the_connection_wait_is_the_stores_own():
+    t, lines = FakeTime(), Lines()
+    assert connection_wait(10.0) == 10.0
+    inside = guard(t, lines, budget=60.0).call("plan", lambda: connection_wait(10.0))
+    assert inside == 10.0 and connection_wait(10.0) == 10.0
+    fail_fast = OutageGuard.fail_fast().call("plan", lambda: connection_wait(10.0))
+    assert fail_fast == 10.0
+    g = guard(t, lines, budget=1.0)
+    with pytest.raises(CatalogOutageError):
+        g.call("plan", failing(1000, t, cost=1.0))
+    # a call after the budget was spent makes its one attempt with the store's whole wait: a
+    # pool reconnecting to a database that is back needs it, or the outage would never end
+    waits: list[float] = []
+    with pytest.raises(CatalogOutageError):
+        g.call("plan", waiting_for_connections(t, waits))
+    assert waits == [10.0]
 
 
 def test_one_budget_per_outage_however_many_calls_meet_it():
