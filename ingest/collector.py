@@ -9,9 +9,9 @@ Measured on the 2-core benchmark machine (``bench.ingest.transactions``, 1M even
 ``gc.callbacks``):
 
 - a Spark Python worker writing one task's range (~35,000 events) ran ~120 young, 11 middle and
-  one full collection, 75-200 ms of a task's 250-390 ms of CPU when the full one came; the
-  workers used 12.4-13.6 s of CPU a run, 5.2-5.8 s with :func:`tune_worker_collector`, and the
-  run took 10.8-12.6 s instead of 8.0-8.5 (both modes);
+  one full collection, 75-200 ms of a task's 250-390 ms of CPU when the full one came. With
+  :func:`tune_worker_collector` the workers used 5.2-5.8 s of CPU a run instead of 12.4-13.6 s,
+  and a run took 8.0-8.5 s instead of 10.8-12.6 s (both modes);
 - the driver in ``transactions: consistent`` (Kafka messages, markers, transaction states: tens
   of thousands a batch) spent 310-390 ms a run in the collector, most of it on the threads that
   prepare, decide and commit a batch; ~8 ms with :func:`collector_for_batches` (end to end
