@@ -39,6 +39,10 @@ _UNREACHABLE = frozenset(
         KafkaError._TIMED_OUT,
         KafkaError._RESOLVE,
         KafkaError._WAIT_COORD,
+        # The client dropped its handle for a broker that left the cluster's metadata (a broker
+        # stopped or restarted under a new address): in-flight requests fail with this while
+        # the client itself stays open, so it is an outage, not a closed consumer (_DESTROY).
+        KafkaError._DESTROY_BROKER,
         KafkaError.NETWORK_EXCEPTION,
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.BROKER_NOT_AVAILABLE,

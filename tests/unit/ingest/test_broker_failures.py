@@ -73,6 +73,17 @@ def test_a_zero_budget_fails_at_the_first_unreachable_call() -> None:
     assert time.sleeps == []
 
 
+def test_a_broker_dropped_from_the_metadata_mid_call_counts_as_an_outage() -> None:
+    # CI saw a stopped broker fail a watermark query this way, and the job quit without a retry.
+    dropped = KafkaException(KafkaError(KafkaError._DESTROY_BROKER))
+    assert "destroyed without termination" in dropped.args[0].str()
+    wrapped = BrokerQueryError("could not read the offsets of t-0")
+    wrapped.__cause__ = dropped
+    assert is_unreachable(wrapped)
+    closed = KafkaException(KafkaError(KafkaError._DESTROY))  # our own close(): no outage
+    assert not is_unreachable(closed)
+
+
 def test_errors_that_waiting_cannot_mend_are_raised_at_once() -> None:
     refused = KafkaException(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED))
     assert not is_unreachable(refused)
