@@ -46,6 +46,7 @@ from catalog import (
     TableCommit,
     TableMeta,
     TableNotFoundError,
+    WriterProgress,
     lost_to_concurrent_write,
     schema_from_base64,
     schema_to_base64,
@@ -56,17 +57,19 @@ from ingest.config import IngestJobConfig
 from ingest.errors import IngestError, SchemaChangeRefused
 from ingest.failpoints import Failpoint
 from ingest.kafka.brokerview import STARTUP_CHECK, BrokerView
-from ingest.kafka.offsets import OffsetsJson
+from ingest.kafka.offsets import OffsetRange, OffsetsJson
 from ingest.kafka.offsets import from_json as offsets_from_json
 from ingest.kafka.options import SourceOptions
 from ingest.logs import driver_level
 from ingest.sink.consistent import (
     BatchTransactions,
     CandidateNotPublished,
+    PeekedTails,
     PreparedStart,
     TxnPolicy,
     batch_ranges,
     load_book,
+    peek_next,
     prepare_start,
     read_ahead_next,
     release_held,
@@ -200,6 +203,8 @@ class BatchSink:
         self._preparing: Future[PreparedStart] | None = None
         self._prepare_pool: ThreadPoolExecutor | None = None
         self._broker: BrokerView | None = None
+        #: The tails of the next batch's likely ranges, peeked while this batch's tasks run.
+        self._peeking: Future[PeekedTails] | None = None
 
     def read_ahead_first(self, start: OffsetsJson | None) -> None:
         """``transactions: consistent``: begin reading the first batch's range of the
@@ -333,10 +338,11 @@ class BatchSink:
         base = progress.commit_id if progress is not None else None
         if prepared is not None and prepared.base == base and prepared.fits(ranges, known):
             read_ahead_next(ranges, self._readahead)
+            self._peek_next(progress, ranges)
             return prepared.adopted()
         collections = self._collections()
         book = load_book(progress, collections)
-        return start_batch(
+        txn = start_batch(
             book,
             ranges,
             sorted(known),
@@ -344,6 +350,24 @@ class BatchSink:
             self._policy,
             readahead=self._readahead,
         )
+        self._peek_next(progress, ranges)
+        return txn
+
+    def _peek_next(self, progress: WriterProgress | None, ranges: Sequence[OffsetRange]) -> None:
+        """Begin peeking the tails of the next batch's likely ranges (from where this batch's
+        ranges end) on the prepare thread, while this batch's tasks run
+        (:func:`~ingest.sink.consistent.peek_next`); the next batch's prepared start takes
+        them when its ranges are the ones peeked."""
+        offsets = progress.source_offsets if progress is not None else None
+        start: OffsetsJson = {
+            topic: {str(p): int(o) for p, o in parts.items()}
+            for topic, parts in (offsets or {}).items()
+            if isinstance(parts, dict)
+        }
+        for rng in ranges:
+            start.setdefault(rng.topic, {})[str(rng.partition)] = rng.end
+        pool, broker = self._prepare_thread()
+        self._peeking = pool.submit(peek_next, start, self.settings.kafka, broker)
 
     def _prepare_next(self, request: CommitRequest, commit_id: uuid.UUID) -> None:
         """In ``transactions: consistent``, after ``request`` committed as ``commit_id``, begin
@@ -385,20 +409,34 @@ class BatchSink:
     ) -> None:
         """Work the start of a batch from ``start`` out on the prepare thread, from ``book``
         (the book of commit ``base``; None: the job has none yet)."""
+        pool, broker = self._prepare_thread()
+        peeking, self._peeking = self._peeking, None
+
+        def prepare() -> PreparedStart:
+            # the peek ran before on this one thread: done by now, or failed (peeked again)
+            peeked = None
+            if peeking is not None and peeking.exception() is None:
+                peeked = peeking.result()
+            return prepare_start(
+                book,
+                start,
+                self.settings.kafka,
+                base=base,
+                policy=self._policy,
+                readahead=self._readahead,
+                broker=broker,
+                peeked=peeked,
+            )
+
+        self._preparing = pool.submit(prepare)
+
+    def _prepare_thread(self) -> tuple[ThreadPoolExecutor, BrokerView]:
+        """The driver's one thread that prepares batches, and its broker view."""
         if self._prepare_pool is None:
             self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="lakestream-prepare")
         if self._broker is None:
             self._broker = BrokerView(self.settings.kafka.kafka_config, STARTUP_CHECK)
-        self._preparing = self._prepare_pool.submit(
-            prepare_start,
-            book,
-            start,
-            self.settings.kafka,
-            base=base,
-            policy=self._policy,
-            readahead=self._readahead,
-            broker=self._broker,
-        )
+        return self._prepare_pool, self._broker
 
     def _take_prepared(self) -> PreparedStart | None:
         """The start worked out after the last commit, if any (waited for: it may still be

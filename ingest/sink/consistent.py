@@ -15,7 +15,8 @@ Per batch (see :class:`ingest.sink.batch.BatchSink`), before the tasks run:
 
 After a batch has committed, steps 2-3 for the next batch are worked out ahead, while Spark
 plans it (:func:`prepare_start`); the batch uses that work when it starts where it was expected
-to, from that commit.
+to, from that commit. The peek of step 3 is done earlier still, while the batch before runs its
+tasks (:func:`peek_next`).
 
 The held files of earlier batches are dissolved by the task of the batch's first range
 (:attr:`ingest.sink.plan.Holding.dissolve`): it writes their events of candidates with its own
@@ -293,15 +294,23 @@ def _start(
     policy: TxnPolicy,
     *,
     readahead: MarkerReadAhead | None,
+    peeked: PeekedTails | None = None,
 ) -> BatchTransactions:
     now = time.time()
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
+    timings: dict[str, int] = {}
+    if peeked is not None:
         markers, report, read_ahead = read_markers(ranges, kafka, readahead)
-        read_ms = _ms_since(started)
+        timings["markers_ms"] = _ms_since(started)
         loaded, book = book, book.add_markers(markers, now)
-        tails, tails_ms = tails_read.result()
+        tails, timings["peeked_ms"] = dict(peeked.tails), peeked.peeked_ms
+    else:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
+            markers, report, read_ahead = read_markers(ranges, kafka, readahead)
+            timings["markers_ms"] = _ms_since(started)
+            loaded, book = book, book.add_markers(markers, now)
+            tails, timings["tails_ms"] = tails_read.result()
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     return BatchTransactions(
@@ -315,7 +324,7 @@ def _start(
         marker_report=report,
         markers_read_ahead=read_ahead,
         owner=first_range(ranges),
-        timings={"markers_ms": read_ms, "tails_ms": tails_ms},
+        timings=timings,
     )
 
 
@@ -344,6 +353,47 @@ class PreparedStart:
         return replace(self.txn, now=time.time(), timings=timings)
 
 
+@dataclass(frozen=True)
+class PeekedTails:
+    """The tails (:func:`partition_tails`) of the ranges a batch will likely read, peeked
+    while the batch before ran its tasks; see :func:`peek_next`."""
+
+    ranges: frozenset[OffsetRange]
+    partitions: tuple[tuple[str, int], ...]
+    tails: Mapping[Hashable, PartitionTail]
+    peeked_ms: int
+
+    def fits(self, ranges: Sequence[OffsetRange], partitions: Sequence[tuple[str, int]]) -> bool:
+        return frozenset(ranges) == self.ranges and tuple(partitions) == self.partitions
+
+
+def planned_next(
+    start: OffsetsJson, kafka: SourceOptions, broker: BrokerView
+) -> tuple[list[OffsetRange], tuple[tuple[str, int], ...]]:
+    """The ranges a batch from ``start`` will likely read (the source's split of
+    ``maxOffsetsPerTrigger`` over what the broker holds now, as ``latestOffset`` computes it),
+    and the partitions it reads."""
+    offsets = offsets_from_json(start)
+    end = next_end(offsets, broker.latest(list(offsets)), {}, kafka.max_offsets_per_trigger)
+    ranges = plan_ranges(offsets, end, lambda pid: offsets[pid])
+    return ranges, tuple(sorted((pid.topic, pid.partition) for pid in offsets))
+
+
+def peek_next(start: OffsetsJson, kafka: SourceOptions, broker: BrokerView) -> PeekedTails:
+    """The tails of the next batch's likely ranges, from ``start`` (where this batch ends),
+    peeked while this batch's tasks run.
+
+    Why: the peek (a consumer, one or two fetch rounds) took 25-60 ms in the gap between two
+    batches, when Spark waits for nothing else of the driver. The records a tail names do not
+    change once written; a record after a range that the broker lacked when peeked is simply
+    not named (as when peeked later, a moment before it came), and the tasks' masks check the
+    candidates in any case (:meth:`BatchTransactions.decide`)."""
+    started = time.monotonic()
+    ranges, partitions = planned_next(start, kafka, broker)
+    tails = partition_tails(ranges, partitions, kafka)
+    return PeekedTails(frozenset(ranges), partitions, tails, _ms_since(started))
+
+
 def prepare_start(
     book: TransactionBook,
     start: OffsetsJson,
@@ -353,25 +403,25 @@ def prepare_start(
     policy: TxnPolicy,
     readahead: MarkerReadAhead,
     broker: BrokerView,
+    peeked: PeekedTails | None = None,
 ) -> PreparedStart:
     """The next batch's start, worked out after this batch committed, in the gap between two
     batches (while Spark writes its logs and plans the batch, the driver idles for ~100-150
     ms): where the batch will likely end (the source's split of ``maxOffsetsPerTrigger`` over
     what the broker holds now, as ``latestOffset`` computes it), its markers (read ahead during
     the batch before, decoded now) taken into ``book`` (the book of commit ``base``), the last
-    record of each data range and the one after it peeked, the transactions the tasks may
-    write directly.
+    record of each data range and the one after it (``peeked`` during the batch before, when
+    its ranges are these; else peeked now), the transactions the tasks may write directly.
 
     Why: on a batch's critical path this work left a core idle for 80-140 ms a batch in the
     benchmark. A batch that ends elsewhere (data arrived meanwhile, a trigger other than a
     backlog's) or starts from another book does not use it and works its start out itself,
     so the result is the same either way; only the time differs."""
     started = time.monotonic()
-    offsets = offsets_from_json(start)
-    end = next_end(offsets, broker.latest(list(offsets)), {}, kafka.max_offsets_per_trigger)
-    ranges = plan_ranges(offsets, end, lambda pid: offsets[pid])
-    partitions = tuple(sorted((pid.topic, pid.partition) for pid in offsets))
-    txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead)
+    ranges, partitions = planned_next(start, kafka, broker)
+    if peeked is not None and not peeked.fits(ranges, partitions):
+        peeked = None  # the broker moved on since: peek now
+    txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead, peeked=peeked)
     return PreparedStart(base, frozenset(ranges), partitions, txn, _ms_since(started))
 
 
@@ -634,11 +684,13 @@ __all__ = [
     "BatchTransactions",
     "CandidateNotPublished",
     "HeldRelease",
+    "PeekedTails",
     "PreparedStart",
     "TxnPolicy",
     "batch_ranges",
     "chunks_of",
     "load_book",
+    "peek_next",
     "prepare_start",
     "read_ahead_next",
     "release_held",

@@ -86,6 +86,8 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     # the query started, from the book of the last run's commit; the others after the commit
     # before (nothing was sent meanwhile: every batch ended where the driver expected)
     assert all(line["start_prepared"] for line in batches)
+    # and every batch after the first took the tails peeked while the batch before ran
+    assert all("peeked_ms" in line and "tails_ms" not in line for line in batches[1:])
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]

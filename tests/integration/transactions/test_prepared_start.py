@@ -1,17 +1,26 @@
 """A batch's start worked out in the gap before it (``prepare_start``) is the start the batch
 would work out itself (``start_batch``) - the same ranges, markers, book, candidates - and a
-batch that ends elsewhere or reads other partitions does not take it."""
+batch that ends elsewhere or reads other partitions does not take it. Tails peeked while the
+batch before ran (``peek_next``) give the same start, and are not taken for other ranges."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from ingest.kafka.brokerview import STARTUP_CHECK, BrokerView
 from ingest.kafka.offsets import OffsetRange, PartitionId, next_end, plan_ranges
 from ingest.kafka.options import SourceOptions
-from ingest.sink.consistent import TxnPolicy, prepare_start, start_batch
+from ingest.sink.consistent import (
+    PeekedTails,
+    PreparedStart,
+    TxnPolicy,
+    peek_next,
+    prepare_start,
+    start_batch,
+)
 from ingest.sink.readahead import MarkerReadAhead
 from ingest.transactions import OnTimeout, TransactionBook
 from tests.integration.transactions.support import Bank, new_topics
@@ -93,3 +102,43 @@ def test_a_prepared_start_is_the_start_the_batch_works_out(kafka, bank: Bank) ->
 def _ignoring_time(book: TransactionBook) -> object:
     """The book with each state's ``first_seen`` (when it was read) left out."""
     return [(s.id, s.seen, s.total, s.expected, s.touched, s.end_position) for s in book.ended]
+
+
+def test_tails_peeked_during_the_batch_before_give_the_start_peeked_now(kafka, bank: Bank) -> None:
+    options = SourceOptions(
+        kafka_config={"bootstrap.servers": kafka.bootstrap_servers}, max_offsets_per_trigger=LIMIT
+    )
+    parts = ((bank.topics.accounts, 3), (bank.topics.audit, 2), (bank.topics.transaction, 1))
+    start = {topic: {str(p): 0 for p in range(n)} for topic, n in parts}
+    broker = BrokerView(options.kafka_config, STARTUP_CHECK)
+    book = TransactionBook(collections=("public.accounts", "public.audit"))
+
+    def prepared(peeked: PeekedTails | None) -> PreparedStart:
+        return prepare_start(
+            book,
+            start,
+            options,
+            base=None,
+            policy=POLICY,
+            readahead=MarkerReadAhead(options),
+            broker=broker,
+            peeked=peeked,
+        )
+
+    peeked = peek_next(start, options, broker)
+    now = prepared(None).txn
+    early = prepared(peeked)
+    assert early.ranges == peeked.ranges
+    assert early.txn.candidates == now.candidates and now.candidates
+    assert early.txn.timings["peeked_ms"] == peeked.peeked_ms
+    assert "tails_ms" not in early.txn.timings
+    # a peek of other ranges (the broker moved on since) is not taken: every partition idle
+    # would leave no candidate at all if it were
+    idle = {
+        key: replace(tail, txn=None, after=None, idle=True) for key, tail in peeked.tails.items()
+    }
+    shorter = frozenset(list(peeked.ranges)[1:])
+    stale = prepared(replace(peeked, ranges=shorter, tails=idle)).txn
+    assert stale.candidates == now.candidates and "tails_ms" in stale.timings
+    assert prepared(replace(peeked, tails=idle)).txn.candidates == ()  # as it would be, if taken
+    broker.close()
