@@ -48,6 +48,14 @@ _UNREACHABLE = frozenset(
         KafkaError.BROKER_NOT_AVAILABLE,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_LEADER_FOR_PARTITION,
+        # what a leader election in a rolling restart answers for a while (Kafka's protocol
+        # calls them retriable): a new leader behind on its high watermark (KIP-207), epochs
+        # not yet agreed (KIP-320), a broker's log dir failing over, a broker's new address
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError._NODE_UPDATE,
     }
 )
 

@@ -84,6 +84,32 @@ def test_a_broker_dropped_from_the_metadata_mid_call_counts_as_an_outage() -> No
     assert not is_unreachable(closed)
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError._NODE_UPDATE,
+    ],
+)
+def test_a_leader_election_in_a_rolling_restart_is_waited_out(code: int) -> None:
+    time = FakeTime()
+    calls = {"n": 0}
+
+    def call() -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise BrokerQueryError("could not read the offsets") from KafkaException(
+                KafkaError(code)
+            )
+        return "offsets"
+
+    assert guard(time, budget=30).call("read the offsets", call) == "offsets"
+    assert time.sleeps == [1.0]
+
+
 def test_errors_that_waiting_cannot_mend_are_raised_at_once() -> None:
     refused = KafkaException(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED))
     assert not is_unreachable(refused)
