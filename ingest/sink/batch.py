@@ -338,18 +338,16 @@ class BatchSink:
         base = progress.commit_id if progress is not None else None
         if prepared is not None and prepared.base == base and prepared.fits(ranges, known):
             read_ahead_next(ranges, self._readahead)
-            self._peek_next(progress, ranges)
-            return prepared.adopted()
-        collections = self._collections()
-        book = load_book(progress, collections)
-        txn = start_batch(
-            book,
-            ranges,
-            sorted(known),
-            self.settings.kafka,
-            self._policy,
-            readahead=self._readahead,
-        )
+            txn = prepared.adopted()
+        else:
+            txn = start_batch(
+                load_book(progress, self._collections()),
+                ranges,
+                sorted(known),
+                self.settings.kafka,
+                self._policy,
+                readahead=self._readahead,
+            )
         self._peek_next(progress, ranges)
         return txn
 
@@ -358,12 +356,7 @@ class BatchSink:
         ranges end) on the prepare thread, while this batch's tasks run
         (:func:`~ingest.sink.consistent.peek_next`); the next batch's prepared start takes
         them when its ranges are the ones peeked."""
-        offsets = progress.source_offsets if progress is not None else None
-        start: OffsetsJson = {
-            topic: {str(p): int(o) for p, o in parts.items()}
-            for topic, parts in (offsets or {}).items()
-            if isinstance(parts, dict)
-        }
+        start = _offsets_json(progress.source_offsets if progress is not None else None)
         for rng in ranges:
             start.setdefault(rng.topic, {})[str(rng.partition)] = rng.end
         pool, broker = self._prepare_thread()
@@ -381,12 +374,7 @@ class BatchSink:
         txn = self._txn
         if txn is None or txn.after is None or not request.source_offsets:
             return
-        start: OffsetsJson = {
-            topic: {str(p): int(o) for p, o in parts.items()}
-            for topic, parts in request.source_offsets.items()
-            if isinstance(parts, dict)
-        }
-        self._launch_prepare(txn.after, commit_id, start)
+        self._launch_prepare(txn.after, commit_id, _offsets_json(request.source_offsets))
 
     def _prepare_first(self, start: OffsetsJson) -> None:
         """Begin working out the job's first batch's start (as :meth:`_prepare_next` does
@@ -854,6 +842,16 @@ class BatchSink:
         bound.info("batch_committed", **figures)
         if self.observer is not None:
             self.observer(figures)
+
+
+def _offsets_json(source_offsets: Mapping[str, Any] | None) -> OffsetsJson:
+    """A commit's ``source_offsets`` (topic -> partition -> next offset, as stored) in the
+    source's offset JSON."""
+    return {
+        topic: {str(p): int(o) for p, o in parts.items()}
+        for topic, parts in (source_offsets or {}).items()
+        if isinstance(parts, dict)
+    }
 
 
 def _dissolved(holding: Holding, reports: Sequence[TaskReport]) -> bool:

@@ -299,18 +299,19 @@ def _start(
     now = time.time()
     started = time.monotonic()
     timings: dict[str, int] = {}
-    if peeked is not None:
+    tails: Mapping[Hashable, PartitionTail]
+    with ThreadPoolExecutor(max_workers=1) as pool:  # its thread starts only if peeking now
+        tails_read = None
+        if peeked is None:
+            tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
         markers, report, read_ahead = read_markers(ranges, kafka, readahead)
         timings["markers_ms"] = _ms_since(started)
         loaded, book = book, book.add_markers(markers, now)
-        tails, timings["peeked_ms"] = dict(peeked.tails), peeked.peeked_ms
-    else:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
-            markers, report, read_ahead = read_markers(ranges, kafka, readahead)
-            timings["markers_ms"] = _ms_since(started)
-            loaded, book = book, book.add_markers(markers, now)
+        if tails_read is not None:
             tails, timings["tails_ms"] = tails_read.result()
+        else:
+            assert peeked is not None
+            tails, timings["peeked_ms"] = peeked.tails, peeked.peeked_ms
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     return BatchTransactions(
