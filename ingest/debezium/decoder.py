@@ -227,7 +227,8 @@ class _Batch:
         return route
 
     def _table(self, name: str) -> TableRows:
-        rows = self.tables[name] = TableRows(name, self.config, self.origins)
+        blocks = self.hold is not None  # only a hold reads the events' transaction blocks
+        rows = self.tables[name] = TableRows(name, self.config, self.origins, blocks=blocks)
         return rows
 
     def _dead(

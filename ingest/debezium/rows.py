@@ -53,9 +53,13 @@ class Group:
 class TableRows:
     """The rows of one table collected over a batch, not yet converted."""
 
-    def __init__(self, name: str, config: DecoderConfig, origins: Origins) -> None:
+    def __init__(
+        self, name: str, config: DecoderConfig, origins: Origins, *, blocks: bool = True
+    ) -> None:
         self.name = name
         self.config = config
+        #: Whether the fast path hands over the events' transaction blocks (a hold reads them).
+        self.blocks = blocks
         self.primary_key: tuple[str, ...] | None = config.primary_keys.get(name)
         self.target: Layout | None = config.layouts.get(name)
         #: Groups in order of first appearance; keyed by the JSON of the row schema (None for
@@ -114,7 +118,7 @@ class TableRows:
         if self._fast is None and self.target is not None and self.primary_key is not None:
             names = tuple(self.target.names)
             if usable(names):
-                self._fast = FastRows(names), self.group(None)
+                self._fast = FastRows(names, blocks=self.blocks), self.group(None)
         return None if self._fast is None else self._fast[0]
 
     def arm(self, value: bytes, schema: object) -> None:
@@ -129,7 +133,7 @@ class TableRows:
         group = self.group(schema)
         names = tuple(group.layout.names)
         if usable(names):
-            self._fast = FastRows(names, raw), group
+            self._fast = FastRows(names, raw, blocks=self.blocks), group
 
     def extend_fast(
         self, values: list[tuple[object, ...]], seqs: list[bytes], origins: list[int]

@@ -174,3 +174,37 @@ def test_an_armed_embedded_fast_path_takes_only_its_own_schema() -> None:
     assert hit is not None and hit[:2] == ((1, "x", 0.5), postgres_position(9))
     assert fast.decode(value(body, FIELDS_V2)) is None  # another schema: the general path
     assert fast.decode(value(body)) is None  # schemaless
+
+
+def test_the_transaction_block_is_handed_over_only_to_a_reader_of_it() -> None:
+    """``transactions: consistent`` reads each event's block; ``eventual`` (no hold) has it
+    skipped undecoded, so an odd block cannot send its events down the slow path either."""
+    plain = {"op": "c", "after": {"id": 1, "name": "x"}, "source": {"lsn": 7}}
+    block = {"id": "571:53195832", "total_order": 2, "data_collection_order": 1}
+    with_block = orjson.dumps({**plain, "transaction": block})
+    odd_block = orjson.dumps({**plain, "transaction": "not an object"})
+    reader, skipper = FastRows(("id", "name")), FastRows(("id", "name"), blocks=False)
+
+    taken = reader.decode(with_block)
+    assert taken is not None and taken[2] is not None
+    assert (taken[2].id, taken[2].total_order) == ("571:53195832", 2)
+    assert reader.decode(odd_block) is None  # the hold's general path decides about it
+
+    for message in (with_block, odd_block):
+        skipped = skipper.decode(message)
+        assert skipped is not None and skipped[2] is None
+        assert skipped[:2] == taken[:2]
+
+
+def test_without_a_hold_odd_transaction_blocks_decode_as_rows() -> None:
+    """Without a hold the block means nothing: the rows are those of the same events without
+    one, whichever path took them."""
+    plain = [orjson.loads(event("u", i, 100 + i)) for i in range(20)]
+    blocks = [{**p, "transaction": "x" if i % 3 else {"id": str(i), "total_order": 1}}
+              for i, p in enumerate(plain)]  # fmt: skip
+    without = decode_records([record(orjson.dumps(p), key({"id": i})) for i, p in enumerate(plain)],
+                             CONFIG)  # fmt: skip
+    odd = decode_records([record(orjson.dumps(p), key({"id": i})) for i, p in enumerate(blocks)],
+                         CONFIG)  # fmt: skip
+    assert not odd.dead_letters
+    assert [t.rows.to_pylist() for t in odd.tables] == [t.rows.to_pylist() for t in without.tables]
