@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog, RetryPolicy, StoreSettings
-from catalog.errors import VersionExpiredError
+from catalog.errors import CommitConflict, ConflictKind, VersionExpiredError
 from tests.fixtures.compaction import compact_all, files_on_disk, rows_at
 from tests.integration.maintenance.support import row_counts
 
@@ -91,10 +91,23 @@ def test_maintenance_under_writers_and_compaction_keeps_every_retained_version(
                 compared[0] += 1
 
     done = {"dropped": 0, "expired": 0, "deleted": 0, "compacted": 0}
+    ttl_lost = [0]
+
+    def drop_expired() -> None:
+        """One TTL pass. The writers keep appending into the expired days, and a drop whose
+        every attempt loses to those appends fails with the documented conflict: the
+        maintenance service records that and drops them on its next pass (so does this loop)."""
+        try:
+            ttl = table.drop_expired_partitions(now=NOW)
+        except CommitConflict as exc:
+            if exc.kind is not ConflictKind.CONCURRENT_WRITE or exc.winning_op != "append":
+                raise
+            ttl_lost[0] += 1
+            return
+        done["dropped"] += ttl.partitions_dropped if ttl and ttl.version else 0
 
     def maintain() -> None:
-        ttl = table.drop_expired_partitions(now=NOW)
-        done["dropped"] += ttl.partitions_dropped if ttl and ttl.version else 0
+        drop_expired()
         done["expired"] += table.expire_versions(
             older_than=dt.timedelta(0), retain_last=RETAIN
         ).versions_expired
@@ -128,6 +141,7 @@ def test_maintenance_under_writers_and_compaction_keeps_every_retained_version(
     assert latest >= WRITERS * COMMITS_EACH
     assert compared[0] > 0
     assert all(n > 0 for n in done.values()), done  # every actor really worked concurrently
+    assert ttl_lost[0] < done["dropped"], (ttl_lost, done)  # a lost drop is the exception
     for version in range(latest - 2 * RETAIN, latest + 1):
         with contextlib.suppress(VersionExpiredError):
             seen.setdefault(version, rows_at(table, version))

@@ -10,8 +10,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, CommitOp, DataFile, FileAction, FileOp, PartitionCommit
+from catalog import (
+    Catalog,
+    CommitConflict,
+    CommitOp,
+    ConflictKind,
+    DataFile,
+    FileAction,
+    FileOp,
+    PartitionCommit,
+    RetryPolicy,
+)
 from catalog.errors import MaintenanceConfigError
+from catalog.maintenance.ttl import drop_expired_partitions
 from catalog.maintenance.vacuum import Vacuum
 from tests.fixtures.compaction import compact_all, every_version, files_on_disk, rows_at
 from tests.integration.maintenance.support import row_counts
@@ -188,3 +199,62 @@ def test_partition_ttl_on_a_cdc_table_drops_every_bucket(catalog: Catalog):
     assert len(report.partitions) >= 2
     assert {r[1] for r in rows_at(table)} == {new}
     assert len(rows_at(table, report.version - 1)) == 9  # type: ignore[operator]
+
+
+def _append_after_the_plan(table, monkeypatch: pytest.MonkeyPatch, late: dt.date) -> None:
+    """A writer appends a row of ``late`` right after the TTL's first plan of ``table``, before
+    its commit (the conflict the matrix names: update after a concurrent append)."""
+    writer = table.catalog.load_table(table.name)
+    plan, planned = table.plan, []
+
+    def plan_then_append(*args, **kwargs):
+        result = plan(*args, **kwargs)
+        if not planned:
+            planned.append(True)
+            _days(writer, [late])
+        return result
+
+    monkeypatch.setattr(table, "plan", plan_then_append)
+
+
+def test_partition_ttl_replans_after_an_append_into_a_doomed_partition(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+):
+    today = dt.date(2026, 11, 22)
+    now = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+    old = today - dt.timedelta(days=40)
+    table = catalog.create_table(
+        "logs.daily", DAY_SCHEMA, partition_by=["day"], properties={"partition.ttl": "30d"}
+    )
+    _days(table, [today, old])
+    _append_after_the_plan(table, monkeypatch, old)
+
+    report = table.drop_expired_partitions(now=now)
+
+    assert report is not None and report.attempts == 2  # lost once, planned again, landed
+    assert report.rows_dropped == 2  # the late row too: nothing expired survives the drop
+    assert [r[1] for r in rows_at(table)] == [today]
+    assert sorted(r[1] for r in rows_at(table, report.version - 1)) == [old, old, today]  # type: ignore[operator]
+
+
+def test_partition_ttl_that_loses_every_attempt_fails_and_changes_nothing(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+):
+    today = dt.date(2026, 11, 22)
+    now = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+    old = today - dt.timedelta(days=40)
+    table = catalog.create_table(
+        "logs.daily", DAY_SCHEMA, partition_by=["day"], properties={"partition.ttl": "30d"}
+    )
+    _days(table, [today, old])
+    _append_after_the_plan(table, monkeypatch, old)
+
+    with pytest.raises(CommitConflict) as lost:
+        drop_expired_partitions(
+            table, ttl=dt.timedelta(days=30), column="day", now=now, retry=RetryPolicy(attempts=1)
+        )
+
+    assert lost.value.kind is ConflictKind.CONCURRENT_WRITE and lost.value.winning_op == "append"
+    assert "re-read the table" in str(lost.value)
+    assert sorted(r[1] for r in rows_at(table)) == [old, old, today]  # the append stands
+    assert table.history(limit=1)[0].op is CommitOp.APPEND  # and no drop landed
