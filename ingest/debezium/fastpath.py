@@ -48,8 +48,8 @@ class TransactionBlock(msgspec.Struct, gc=False):
 def _decoder(names: tuple[str, ...], blocks: bool = True) -> msgspec.json.Decoder[Any]:
     """A decoder of envelopes whose ``after`` holds only ``names`` (unknown ones are refused).
 
-    ``blocks``: also decode the ``transaction`` block. Without, msgspec skips it unbuilt (its
-    own struct per event cost ~0.2 us, for a reader that never looks at it)."""
+    ``blocks``: also decode the ``transaction`` block. Without, msgspec skips it unbuilt: a
+    struct per event for a reader that never looks at it was ~2% of a task's decode."""
     fields = [(f"c{i}", Any, None) for i in range(len(names))]
     rename = {f"c{i}": name for i, name in enumerate(names)}
     row = msgspec.defstruct("Row", fields, rename=rename, forbid_unknown_fields=True)
