@@ -217,44 +217,45 @@ def _append_after_the_plan(table, monkeypatch: pytest.MonkeyPatch, late: dt.date
     monkeypatch.setattr(table, "plan", plan_then_append)
 
 
-def test_partition_ttl_replans_after_an_append_into_a_doomed_partition(
-    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
-):
-    today = dt.date(2026, 11, 22)
-    now = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
-    old = today - dt.timedelta(days=40)
+TODAY, OLD = dt.date(2026, 11, 22), dt.date(2026, 10, 13)  # OLD: 40 days before
+NOON = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+
+
+def _ttl_racing_an_append(catalog: Catalog, monkeypatch: pytest.MonkeyPatch):
+    """A 30-day TTL table with a row of TODAY and one of OLD; a writer appends another row of
+    OLD between the TTL's first plan and its commit."""
     table = catalog.create_table(
         "logs.daily", DAY_SCHEMA, partition_by=["day"], properties={"partition.ttl": "30d"}
     )
-    _days(table, [today, old])
-    _append_after_the_plan(table, monkeypatch, old)
+    _days(table, [TODAY, OLD])
+    _append_after_the_plan(table, monkeypatch, OLD)
+    return table
 
-    report = table.drop_expired_partitions(now=now)
+
+def test_partition_ttl_replans_after_an_append_into_a_doomed_partition(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+):
+    table = _ttl_racing_an_append(catalog, monkeypatch)
+
+    report = table.drop_expired_partitions(now=NOON)
 
     assert report is not None and report.attempts == 2  # lost once, planned again, landed
     assert report.rows_dropped == 2  # the late row too: nothing expired survives the drop
-    assert [r[1] for r in rows_at(table)] == [today]
-    assert sorted(r[1] for r in rows_at(table, report.version - 1)) == [old, old, today]  # type: ignore[operator]
+    assert [r[1] for r in rows_at(table)] == [TODAY]
+    assert sorted(r[1] for r in rows_at(table, report.version - 1)) == [OLD, OLD, TODAY]  # type: ignore[operator]
 
 
 def test_partition_ttl_that_loses_every_attempt_fails_and_changes_nothing(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ):
-    today = dt.date(2026, 11, 22)
-    now = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
-    old = today - dt.timedelta(days=40)
-    table = catalog.create_table(
-        "logs.daily", DAY_SCHEMA, partition_by=["day"], properties={"partition.ttl": "30d"}
-    )
-    _days(table, [today, old])
-    _append_after_the_plan(table, monkeypatch, old)
+    table = _ttl_racing_an_append(catalog, monkeypatch)
 
     with pytest.raises(CommitConflict) as lost:
         drop_expired_partitions(
-            table, ttl=dt.timedelta(days=30), column="day", now=now, retry=RetryPolicy(attempts=1)
+            table, ttl=dt.timedelta(days=30), column="day", now=NOON, retry=RetryPolicy(attempts=1)
         )
 
     assert lost.value.kind is ConflictKind.CONCURRENT_WRITE and lost.value.winning_op == "append"
     assert "re-read the table" in str(lost.value)
-    assert sorted(r[1] for r in rows_at(table)) == [old, old, today]  # the append stands
+    assert sorted(r[1] for r in rows_at(table)) == [OLD, OLD, TODAY]  # the append stands
     assert table.history(limit=1)[0].op is CommitOp.APPEND  # and no drop landed
