@@ -25,10 +25,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
+
+from ingest.spark_archive import driver_options, refused
 
 _LOCAL_CONF = {
     "spark.master": "local[2]",
@@ -62,10 +66,26 @@ def local_spark(app_name: str, extra_conf: dict[str, str] | None = None) -> Spar
 
 
 def _start_context(conf: dict[str, str]) -> SparkContext:
-    """A SparkContext whose JVM is started in a new session (see the module doc)."""
-    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
-    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    """A SparkContext whose JVM is started in a new session (see the module doc), from the
+    class archive of :mod:`ingest.spark_archive` when there is one; a JVM that refuses the
+    archive is started again without it."""
+    with_archive = {**conf, **driver_options(conf)}
+    try:
+        gateway = _launch(with_archive)
+    except PySparkRuntimeError:
+        if with_archive == conf:
+            raise
+        gateway = _launch(conf)  # raises what is wrong when it was not the archive
+        refused(conf)
+        with_archive = conf
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(with_archive.items()))
     return SparkContext(conf=spark_conf, gateway=gateway)
+
+
+def _launch(conf: dict[str, str]) -> Any:
+    """py4j's gateway to a new JVM (py4j has no type hints)."""
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    return launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
 
 
 def session_conf(app_name: str, extra_conf: dict[str, str], pythonpath: str) -> dict[str, str]:

@@ -700,6 +700,23 @@ def ingest(
     raise typer.Exit(ingest_main(config))
 
 
+@app.command("spark-archive")
+def spark_archive(
+    force: Annotated[
+        bool, typer.Option("--force", help="build it again though a whole one is there")
+    ] = False,
+) -> None:
+    """Build the Spark driver's class archive: every job's Spark then starts ~2x faster. Once
+    per machine, Java and pyspark (about a minute); dev/setup and the Docker image run it."""
+    from ingest.spark_archive import archive_for, build
+
+    archive = archive_for({})
+    if archive is not None and (force or not archive.is_whole()):
+        typer.echo("building the Spark driver's class archive (about a minute, once)", err=True)
+    path = build(force=force)
+    typer.echo(f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
+
+
 @app.command("demo")
 def demo(
     home: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path(

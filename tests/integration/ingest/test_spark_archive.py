@@ -1,0 +1,67 @@
+"""The driver's class archive, built and used by real JVMs: Spark's classes come from it, and an
+archive the JVM cannot map (it would crash on it) is set aside while the driver starts anyway."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingest.spark_archive import CACHE_ENV, SWITCH_ENV, archive_for, build
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+ROOT = Path(__file__).resolve().parents[3]
+#: A driver that logs where each class came from, then runs a query.
+DRIVER = """
+import sys
+from ingest.spark_session import local_spark
+spark = local_spark("archive-test", {
+    "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}"})
+print("sum", spark.range(10).selectExpr("sum(id)").collect()[0][0])
+"""
+FROM_ARCHIVE = "source: shared objects file (top)"
+
+
+def start_driver(home: Path, class_log: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", DRIVER, str(class_log)],
+        cwd=home,  # where a crashing JVM leaves its hs_err file
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_a_built_archive_feeds_the_driver_and_a_broken_one_is_set_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(SWITCH_ENV, raising=False)
+    path = build()
+    archive = archive_for({})
+    assert archive is not None and archive.path == path and archive.is_whole()
+    assert build() == path  # a whole one is kept, not built again
+    assert list(path.parent.glob("*.partial")) == []
+
+    used = start_driver(tmp_path, tmp_path / "classes.log")
+    assert used.returncode == 0, used.stderr[-3000:]
+    assert "sum 45" in used.stdout
+    shared = (tmp_path / "classes.log").read_text().count(FROM_ARCHIVE)
+    assert shared > 5000, f"only {shared} classes came from the archive"
+
+    # a file the JVM cannot map whole, though its recorded size matches (not a build's doing)
+    with path.open("r+b") as archived:
+        archived.truncate(1_000_000)
+    archive.size_file.write_text(json.dumps({"size": 1_000_000}))
+    fallback = start_driver(tmp_path, tmp_path / "classes-after.log")
+    assert fallback.returncode == 0, fallback.stderr[-3000:]
+    assert "sum 45" in fallback.stdout
+    assert "spark_class_archive_refused" in fallback.stdout + fallback.stderr
+    assert not path.exists() and path.with_suffix(".refused").exists()
+    assert (tmp_path / "classes-after.log").read_text().count(FROM_ARCHIVE) == 0

@@ -1,0 +1,105 @@
+"""When a driver gets the class archive: only a whole one, built for its classpath, and never
+against the user's own class-sharing options or ``LAKESTREAM_SPARK_ARCHIVE=off``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingest.spark_archive import (
+    CACHE_ENV,
+    JAVA_OPTIONS,
+    SWITCH_ENV,
+    Archive,
+    archive_for,
+    driver_options,
+)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(SWITCH_ENV, raising=False)
+    return tmp_path
+
+
+def whole(conf: dict[str, str]) -> Archive:
+    """A stand-in archive where ``conf``'s would be, with its size recorded as a build does."""
+    archive = archive_for(conf)
+    assert archive is not None, "the tests need java and pyspark's jars"
+    archive.path.write_bytes(b"x" * 100)
+    archive.size_file.write_text(json.dumps({"size": 100}))
+    return archive
+
+
+def test_no_archive_leaves_the_driver_as_it_was() -> None:
+    assert driver_options({"spark.master": "local[2]"}) == {}
+
+
+def test_a_whole_archive_goes_before_the_users_own_default_options() -> None:
+    archive = whole({})
+    options = driver_options({JAVA_OPTIONS: "-Dadmin=1"})[JAVA_OPTIONS]
+    assert options == f"-XX:SharedArchiveFile={archive.path} -Xshare:auto -Dadmin=1"
+
+
+def test_the_users_extra_options_are_not_touched() -> None:
+    whole({})
+    options = driver_options({"spark.driver.extraJavaOptions": "-Xmx2g"})
+    assert set(options) == {JAVA_OPTIONS}
+
+
+def test_a_truncated_archive_is_never_given_to_the_jvm() -> None:
+    """A short file crashes the JVM as it maps it (SIGBUS): the recorded size must match."""
+    archive = whole({})
+    archive.path.write_bytes(b"x" * 60)
+    assert not archive.is_whole()
+    assert driver_options({}) == {}
+
+
+def test_an_archive_without_its_recorded_size_is_not_used() -> None:
+    archive = whole({})
+    archive.size_file.unlink()
+    assert driver_options({}) == {}
+    archive.size_file.write_text("not json")
+    assert driver_options({}) == {}
+
+
+def test_extra_jars_need_an_archive_of_their_own() -> None:
+    whole({})
+    with_jars = {"spark.jars": "/opt/extra.jar"}
+    assert archive_for(with_jars) != archive_for({})
+    assert driver_options(with_jars) == {}
+
+
+@pytest.mark.parametrize(
+    "option", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x"]
+)
+@pytest.mark.parametrize("key", [JAVA_OPTIONS, "spark.driver.extraJavaOptions"])
+def test_the_users_own_class_sharing_wins(key: str, option: str) -> None:
+    whole({})
+    assert driver_options({key: option}) == {}
+
+
+def test_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    whole({})
+    monkeypatch.setenv(SWITCH_ENV, "off")
+    assert driver_options({}) == {}
+
+
+def test_the_command_without_java_fails_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "spark-archive"],
+        env={"PATH": str(tmp_path), "JAVA_HOME": str(tmp_path / "none"), CACHE_ENV: str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: no 'java' in $JAVA_HOME/bin or on PATH; install a Java 17 runtime or set JAVA_HOME"
+    ]
