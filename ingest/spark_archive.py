@@ -29,11 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
+from catalog.logs import get_logger
 from ingest.errors import IngestError
 
-log = structlog.get_logger(__name__)
+log = get_logger("lakestream.ingest")
 
 #: ``off`` disables the archive; anything else (or unset) uses one when it is there.
 SWITCH_ENV = "LAKESTREAM_SPARK_ARCHIVE"
@@ -99,8 +98,9 @@ def _fingerprint(conf: Mapping[str, str]) -> str | None:
     binary = Path(java).resolve()
     stat = binary.stat()
     digest.update(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    for jar in sorted(jars.iterdir()):
-        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+    # the JVM checks the classpath's paths against the archive's: another venv needs its own
+    for jar in sorted(jars.resolve().iterdir()):
+        digest.update(f"{jar}:{jar.stat().st_size}\n".encode())
     for key in _CLASSPATH_CONF:
         digest.update(f"{key}={conf.get(key, '')}\n".encode())
     return digest.hexdigest()[:16]

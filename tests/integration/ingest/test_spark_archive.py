@@ -15,10 +15,12 @@ from ingest.spark_archive import CACHE_ENV, SWITCH_ENV, archive_for, build
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
-#: A driver that logs where each class came from, then runs a query.
+#: A driver (logging as the commands do) whose JVM logs where each class came from.
 DRIVER = """
 import sys
 from ingest.spark_session import local_spark
+from jobs.logs import configure_logging
+configure_logging("INFO", json=True)
 spark = local_spark("archive-test", {
     "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}"})
 print("sum", spark.range(10).selectExpr("sum(id)").collect()[0][0])

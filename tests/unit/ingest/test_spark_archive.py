@@ -4,6 +4,7 @@ against the user's own class-sharing options or ``LAKESTREAM_SPARK_ARCHIVE=off``
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -36,8 +37,15 @@ def whole(conf: dict[str, str]) -> Archive:
     return archive
 
 
-def test_no_archive_leaves_the_driver_as_it_was() -> None:
-    assert driver_options({"spark.master": "local[2]"}) == {}
+def test_no_archive_leaves_the_driver_as_it_was(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """...and says how to build one, through the commands' logging: never on stdout, where a
+    command's --json output goes."""
+    with caplog.at_level(logging.INFO, logger="lakestream"):
+        assert driver_options({"spark.master": "local[2]"}) == {}
+    assert [r.getMessage().split()[0] for r in caplog.records] == ["spark_class_archive_missing"]
+    assert capsys.readouterr().out == ""
 
 
 def test_a_whole_archive_goes_before_the_users_own_default_options() -> None:
@@ -103,3 +111,20 @@ def test_the_command_without_java_fails_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines() == [
         "error: no 'java' in $JAVA_HOME/bin or on PATH; install a Java 17 runtime or set JAVA_HOME"
     ]
+
+
+def test_each_spark_installation_has_its_own_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM compares the classpath's paths with the archive's: two venvs with the same
+    pyspark must not share one."""
+    paths = []
+    for venv in ("a", "b"):
+        jars = tmp_path / venv / "jars"
+        jars.mkdir(parents=True)
+        (jars / "spark-core.jar").write_bytes(b"same")
+        monkeypatch.setenv("SPARK_HOME", str(tmp_path / venv))
+        archive = archive_for({})
+        assert archive is not None
+        paths.append(archive.path)
+    assert paths[0] != paths[1]
