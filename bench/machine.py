@@ -6,6 +6,7 @@ Free of heavy imports so that script-style benchmarks (bench/commit) can use it 
 from __future__ import annotations
 
 import platform
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,3 +36,13 @@ def ram_gib() -> float:
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) / 1024**2
     return 0.0
+
+
+def java_version() -> str:
+    """The first line of ``java -version`` (quotes dropped), or what is missing."""
+    java = shutil.which("java")
+    if java is None:
+        return "no java"
+    found = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    first = (found.stderr or found.stdout).splitlines()
+    return first[0].replace('"', "") if first else "java ?"

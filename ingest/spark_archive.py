@@ -90,7 +90,7 @@ def archive_for(conf: Mapping[str, str]) -> Archive | None:
 
 def _fingerprint(conf: Mapping[str, str]) -> str | None:
     """What an archive depends on: the Java binary, pyspark's jars, the classpath settings."""
-    java = shutil.which("java", path=_java_path())
+    java = _java()
     jars = _spark_jars()
     if java is None or jars is None:
         return None
@@ -106,11 +106,13 @@ def _fingerprint(conf: Mapping[str, str]) -> str | None:
     return digest.hexdigest()[:16]
 
 
-def _java_path() -> str | None:
-    """Where Spark's launcher looks for ``java``: ``$JAVA_HOME/bin`` first, then PATH."""
+def _java() -> str | None:
+    """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin``'s first, then PATH's."""
     home = os.environ.get("JAVA_HOME")
     path = os.environ.get("PATH", os.defpath)
-    return os.pathsep.join([str(Path(home) / "bin"), path]) if home else path
+    return shutil.which(
+        "java", path=os.pathsep.join([str(Path(home) / "bin"), path]) if home else path
+    )
 
 
 def _spark_jars() -> Path | None:
@@ -189,7 +191,7 @@ def build(*, force: bool = False, timeout: float = 600.0) -> Path:
 
 
 def _why_none() -> str:
-    if shutil.which("java", path=_java_path()) is None:
+    if _java() is None:
         return "no 'java' in $JAVA_HOME/bin or on PATH; install a Java 17 runtime or set JAVA_HOME"
     return f"no Spark jars in {_spark_home()}/jars; reinstall pyspark or set SPARK_HOME"
 

@@ -69,22 +69,21 @@ def _start_context(conf: dict[str, str]) -> SparkContext:
     """A SparkContext whose JVM is started in a new session (see the module doc), from the
     class archive of :mod:`ingest.spark_archive` when there is one; a JVM that refuses the
     archive is started again without it."""
-    with_archive = {**conf, **driver_options(conf)}
+    archive = driver_options(conf)
+    spark_conf = SparkConf(loadDefaults=False).setAll([*conf.items(), *archive.items()])
     try:
-        gateway = _launch(with_archive)
+        gateway = _launch(spark_conf)
     except PySparkRuntimeError:
-        if with_archive == conf:
+        if not archive:
             raise
-        gateway = _launch(conf)  # raises what is wrong when it was not the archive
+        spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+        gateway = _launch(spark_conf)  # raises what is wrong when it was not the archive
         refused(conf)
-        with_archive = conf
-    spark_conf = SparkConf(loadDefaults=False).setAll(list(with_archive.items()))
     return SparkContext(conf=spark_conf, gateway=gateway)
 
 
-def _launch(conf: dict[str, str]) -> Any:
+def _launch(spark_conf: SparkConf) -> Any:
     """py4j's gateway to a new JVM (py4j has no type hints)."""
-    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
     return launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
 
 

@@ -6,7 +6,6 @@ import datetime as dt
 import math
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -19,7 +18,7 @@ from bench.ingest.pipelines import Measurement
 from bench.ingest.tables import TableCheck
 from bench.ingest.task_profile import TaskProfile
 from bench.ingest.workload import Produced, Workload
-from bench.machine import cpu_model, git_head, ram_gib
+from bench.machine import cpu_model, git_head, java_version, ram_gib
 
 #: The issue's goals: lakestream / bare pipeline and lakestream / raw consume.
 GOAL_VS_BARE = 1.0
@@ -50,7 +49,7 @@ class Environment:
             f"- load average (1/5/15 min) {self.load_at_start} at start, {load_at_end} at end "
             "(the machine is shared with other sessions)",
             f"- Python {platform.python_version()}, {versions}, librdkafka "
-            f"{_librdkafka()}, {_java()}, {_tansu()}, PostgreSQL {self.pg_version} "
+            f"{_librdkafka()}, {java_version()}, {_tansu()}, PostgreSQL {self.pg_version} "
             "(jobs.localpg: fsync off)",
         ]
 
@@ -296,15 +295,6 @@ def _librdkafka() -> str:
     import confluent_kafka
 
     return str(confluent_kafka.libversion()[0])
-
-
-def _java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        return "no java"
-    found = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    first = (found.stderr or found.stdout).splitlines()
-    return first[0].replace('"', "") if first else "java ?"
 
 
 def _tansu() -> str:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import pyspark
 
 from bench.common import environment, load_average, progress
+from bench.machine import java_version
 from ingest.spark_archive import SWITCH_ENV, build
 
 DRIVER = """
@@ -36,11 +37,6 @@ def start(archive: bool) -> float:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", DRIVER], env=env, check=True, capture_output=True)
     return time.perf_counter() - started
-
-
-def java_version() -> str:
-    done = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True)
-    return done.stderr.splitlines()[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
