@@ -10,6 +10,7 @@ commands raise, they do not print errors themselves.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -18,18 +19,13 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
 from catalog import Catalog, CatalogError, CatalogNotInitializedError, check_schema_name
 from catalog.errors import CatalogUnavailableError, TableNotFoundError
-from compaction.errors import CompactionError
-from compaction.policy import InvalidPolicyError
-from ingest.errors import IngestError
-from ingest.sink.held import HELD_NAMESPACE
-from jobs.compactor_settings import CompactorSettings
 from jobs.logs import configure_logging
 from jobs.reach import check_catalog_reachable
 from jobs.settings import (
@@ -40,9 +36,13 @@ from jobs.settings import (
     redact_dsn,
 )
 from jobs.status import watermark_text
-from jobs.table_compact import UsageError as CompactUsageError
-from jobs.table_dml import DmlUsageError
-from jobs.table_maintenance import UsageError as MaintenanceUsageError
+
+if TYPE_CHECKING:
+    from jobs.compactor_settings import CompactorSettings
+
+# Each command imports what only it needs (the ingest and compaction packages, the compactor's
+# settings) inside its function: a command that touches the catalog alone starts in about half
+# the time, which every scripted call and health probe pays.
 
 T = TypeVar("T")
 
@@ -212,6 +212,8 @@ def tables_list(
     The ingest jobs' held tables (namespace ``lakestream_jobs``: events of source transactions
     not published yet) are internal: listed only with ``--all`` or when that namespace is asked
     for."""
+    from ingest.sink.held import HELD_NAMESPACE
+
     with _connect(dsn) as cat:
         names = cat.list_tables(namespace)
     if not show_all and namespace is None:
@@ -292,6 +294,7 @@ def tables_compact(
     found, catalog or file error), 2 a usage or configuration mistake (bad --partition, a bad
     compaction table property, compaction disabled).
     """
+    from compaction import CompactionError, InvalidPolicyError
     from jobs.table_compact import compact_table
 
     with _connect(dsn) as cat:
@@ -336,10 +339,11 @@ def compact_command(
     Exit codes: 0 done, 1 a task or the run failed (the report says which), 2 a usage or
     configuration mistake (no tables, a bad property, compaction disabled, no Spark extra).
     """
-    from jobs.table_compact import CompactSettings, check_engine, run_compact
+    from compaction import CompactionError, InvalidPolicyError
+    from jobs.table_compact import CompactSettings, UsageError, check_engine, run_compact
 
     if bool(tables) == every:
-        raise CompactUsageError("name the tables to compact, or pass --all (not both)")
+        raise UsageError("name the tables to compact, or pass --all (not both)")
     flags = {"engine": engine, "master": master, "spark_tasks": spark_tasks}
     given: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
     catalog = {k: v for k, v in {"dsn": dsn, "warehouse": warehouse}.items() if v is not None}
@@ -628,6 +632,8 @@ def _compactor_settings(
     flags: Mapping[str, object], dsn: str | None, warehouse: str | None
 ) -> tuple[CompactorSettings, str]:
     """The compactor's settings, flags over the environment, and the catalog's DSN."""
+    from jobs.compactor_settings import CompactorSettings
+
     given: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
     catalog = {k: v for k, v in {"dsn": dsn, "warehouse": warehouse}.items() if v is not None}
     with config_errors(CompactorSettings):
@@ -741,24 +747,38 @@ class _Failed(Exception):
     """A failure at run time whose message already says what failed (exit 1)."""
 
 
-#: (exception types, exit code, what to do), the first match deciding.
-_OUTCOMES: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
-    ((ConfigError,), EXIT_USAGE, ""),
-    ((ValidationError,), EXIT_USAGE, "fix the setting named"),
-    (
-        (CompactUsageError, MaintenanceUsageError, DmlUsageError, InvalidPolicyError),
-        EXIT_USAGE,
-        "",
-    ),
-    (
-        (CatalogUnavailableError,),
-        EXIT_USAGE,
-        "check that the catalog database runs and the DSN (--dsn or LAKESTREAM_CATALOG__DSN) "
-        "is right",
-    ),
-    ((TableNotFoundError,), EXIT_FAILED, "see 'lakestream tables list'"),
-    ((_Failed, CatalogError, CompactionError, IngestError, OSError), EXIT_FAILED, ""),
-)
+_Outcomes = tuple[tuple[tuple[type[BaseException], ...], int, str], ...]
+
+
+@functools.cache
+def _outcomes() -> _Outcomes:
+    """(exception types, exit code, what to do), the first match deciding.
+
+    Built on the first failure: the packages named here are imported by then if one of their
+    errors was raised, and a command that never fails does not load them for this table."""
+    from compaction import CompactionError, InvalidPolicyError
+    from ingest.errors import IngestError
+    from jobs.table_compact import UsageError as CompactUsageError
+    from jobs.table_dml import DmlUsageError
+    from jobs.table_maintenance import UsageError as MaintenanceUsageError
+
+    return (
+        ((ConfigError,), EXIT_USAGE, ""),
+        ((ValidationError,), EXIT_USAGE, "fix the setting named"),
+        (
+            (CompactUsageError, MaintenanceUsageError, DmlUsageError, InvalidPolicyError),
+            EXIT_USAGE,
+            "",
+        ),
+        (
+            (CatalogUnavailableError,),
+            EXIT_USAGE,
+            "check that the catalog database runs and the DSN (--dsn or LAKESTREAM_CATALOG__DSN) "
+            "is right",
+        ),
+        ((TableNotFoundError,), EXIT_FAILED, "see 'lakestream tables list'"),
+        ((_Failed, CatalogError, CompactionError, IngestError, OSError), EXIT_FAILED, ""),
+    )
 
 
 #: Modules of the ``spark`` extra (``pip install 'lakestream[spark]'``).
@@ -772,7 +792,7 @@ def explain(exc: BaseException) -> tuple[int, str]:
             f"{exc.name} is not installed: this command needs the Spark extra; install it with "
             "pip install 'lakestream[spark]'"
         )
-    for types, code, hint in _OUTCOMES:
+    for types, code, hint in _outcomes():
         if isinstance(exc, types):
             text = _one_line(exc)
             return code, f"{text}; {hint}" if hint else text

@@ -39,12 +39,11 @@ from collections.abc import Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -53,6 +52,10 @@ from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
 from catalog.files.storage import Location, Storage, storage_for
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_UPSERT,
@@ -99,6 +102,17 @@ def _same_columns(physical: pa.Schema, wanted: pa.Schema) -> bool:
     return all(f.name in names and physical.field(f.name).type.equals(f.type) for f in wanted)
 
 
+def _dataset(
+    source: str | list[str], fs: pafs.FileSystem, schema: pa.Schema | None = None
+) -> ds.Dataset:
+    """Imports ``pyarrow.dataset`` on first use: it pulls in pandas (~0.25 s), which every
+    process importing the catalog would pay - each ``lakestream`` command, each Python worker -
+    while only filtered scans and whole-file rewrites need it."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(source, format="parquet", schema=schema, filesystem=fs)
+
+
 def _subschema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
     unknown = [c for c in columns if schema.get_field_index(c) < 0]
     if unknown:
@@ -119,7 +133,7 @@ def _scan_file(
     *,
     batch_size: int,
 ) -> Iterator[pa.RecordBatch]:
-    dataset = ds.dataset(path, format="parquet", filesystem=fs)
+    dataset = _dataset(path, fs)
     out = _subschema(schema, columns)
     if _same_columns(dataset.schema, schema):
         scanner = dataset.scanner(columns=list(columns), filter=expression, batch_size=batch_size)
@@ -162,7 +176,7 @@ def read_whole_files(
     for current, group in itertools.groupby(files, key=lambda f: f.schema_id == schema_id):
         paths = [_path(storage, file) for file in group]
         if current:
-            dataset = ds.dataset(paths, format="parquet", schema=schema, filesystem=fs)
+            dataset = _dataset(paths, fs, schema)
             tables.append(dataset.to_table())
         else:
             tables += [_read_aligned(fs, path, schema) for path in paths]
@@ -291,7 +305,7 @@ def _read_run(
     present += system
     same = _same_columns(physical, schema)
     if same and key_filter is not None:
-        dataset = ds.dataset(path, format="parquet", filesystem=fs)
+        dataset = _dataset(path, fs)
         table = dataset.to_table(columns=present, filter=key_filter)
     else:
         file = pq.ParquetFile(
