@@ -98,9 +98,12 @@ def _fingerprint(conf: Mapping[str, str]) -> str | None:
     binary = Path(java).resolve()
     stat = binary.stat()
     digest.update(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    # the JVM checks the classpath's paths against the archive's: another venv needs its own
+    # the JVM checks each jar's path, size and modification time against the archive's and
+    # refuses the whole archive on any difference (with a warning on every start): another venv,
+    # or the same one installed again, needs its own
     for jar in sorted(jars.resolve().iterdir()):
-        digest.update(f"{jar}:{jar.stat().st_size}\n".encode())
+        jar_stat = jar.stat()
+        digest.update(f"{jar}:{jar_stat.st_size}:{jar_stat.st_mtime_ns}\n".encode())
     for key in _CLASSPATH_CONF:
         digest.update(f"{key}={conf.get(key, '')}\n".encode())
     return digest.hexdigest()[:16]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,21 @@ def test_each_spark_installation_has_its_own_archive(
         assert archive is not None
         paths.append(archive.path)
     assert paths[0] != paths[1]
+
+
+def test_a_reinstalled_spark_gets_a_new_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM also compares each jar's modification time, and refuses the whole archive when
+    one differs (measured: a venv made again at the same path, same pyspark, jars written anew,
+    was refused with "A jar file is not the one used while building the shared archive file"
+    on every start). So a reinstall must find no archive rather than a refused one."""
+    jar = tmp_path / "jars" / "spark-core.jar"
+    jar.parent.mkdir()
+    jar.write_bytes(b"same")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    before = archive_for({})
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
+    after = archive_for({})
+    assert before is not None and after is not None
+    assert before.path != after.path
