@@ -45,6 +45,10 @@ _USER_OPTIONS = "spark.driver.extraJavaOptions"
 _CLASSPATH_CONF = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")
 #: A user's own options that decide class sharing themselves.
 _USERS_OWN = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
+#: A JVM that cannot use an archive says so in a warning, by default on stdout - the driver's
+#: stdout, where ``lakestream compact --json`` writes its report. Class sharing's lines go to
+#: stderr instead, with the commands' other diagnostics.
+_CDS_TO_STDERR = "-Xlog:cds*=off:stdout -Xlog:cds*=warning:stderr"
 
 
 class ArchiveError(IngestError, RuntimeError):
@@ -148,7 +152,7 @@ def driver_options(conf: Mapping[str, str]) -> dict[str, str]:
             hint="'lakestream spark-archive' builds it: a job's Spark then starts ~2x faster",
         )
         return {}
-    options = f"-XX:SharedArchiveFile={archive.path} -Xshare:auto {own}".strip()
+    options = f"-XX:SharedArchiveFile={archive.path} -Xshare:auto {_CDS_TO_STDERR} {own}".strip()
     return {JAVA_OPTIONS: options}
 
 

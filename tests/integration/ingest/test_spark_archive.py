@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ingest.spark_archive import CACHE_ENV, SWITCH_ENV, archive_for, build
+from ingest.spark_archive import (
+    CACHE_ENV,
+    JAVA_OPTIONS,
+    SWITCH_ENV,
+    archive_for,
+    build,
+    driver_options,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,6 +64,21 @@ def test_a_built_archive_feeds_the_driver_and_a_broken_one_is_set_aside(
     assert "sum 45" in used.stdout
     shared = (tmp_path / "classes.log").read_text().count(FROM_ARCHIVE)
     assert shared > 5000, f"only {shared} classes came from the archive"
+
+    # a JVM that will not use it (here: another classpath) says so on stderr, never on the
+    # stdout that the driver's JVM shares with a command's --json report
+    options = driver_options({})[JAVA_OPTIONS].split()
+    java = shutil.which("java") or "java"
+    other = subprocess.run(
+        [java, *options, "-cp", str(tmp_path), "-version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert other.returncode == 0, other.stderr
+    assert "archive" not in other.stdout
+    assert "Unable to use shared archive" in other.stderr
 
     # a file the JVM cannot map whole, though its recorded size matches (not a build's doing)
     with path.open("r+b") as archived:
