@@ -92,10 +92,10 @@ def archive_for(conf: Mapping[str, str]) -> Archive | None:
     return Archive(cache_dir() / f"spark-driver-{fingerprint}.jsa")
 
 
-def _fingerprint(conf: Mapping[str, str]) -> str | None:
+def _fingerprint(conf: Mapping[str, str], spark_home: Path | None = None) -> str | None:
     """What an archive depends on: the Java binary, pyspark's jars, the classpath settings."""
     java = _java()
-    jars = _spark_jars()
+    jars = _spark_jars(spark_home or _spark_home())
     if java is None or jars is None:
         return None
     digest = hashlib.sha256()
@@ -122,8 +122,8 @@ def _java() -> str | None:
     )
 
 
-def _spark_jars() -> Path | None:
-    jars = _spark_home() / "jars"
+def _spark_jars(spark_home: Path) -> Path | None:
+    jars = spark_home / "jars"
     return jars if jars.is_dir() else None
 
 
@@ -191,10 +191,33 @@ def build(*, force: bool = False, timeout: float = 600.0) -> Path:
         _dump(partial, timeout)
         size = partial.stat().st_size
         partial.replace(archive.path)
-        archive.size_file.write_text(json.dumps({"size": size}))
+        home = str(_spark_home().resolve())
+        archive.size_file.write_text(json.dumps({"size": size, "spark_home": home}))
     finally:
         partial.unlink(missing_ok=True)
+    _remove_stale(archive.path.parent)
     return archive.path
+
+
+def _remove_stale(cache: Path) -> None:
+    """Delete the archives no driver can use any more: their Spark installation is gone, or was
+    installed again or upgraded, or Java changed (any of which changes the name an archive is
+    looked up by). Each is ~170 MB, and every new venv or reinstall writes one.
+
+    An archive from before its Spark installation was recorded beside it is stale too: those
+    names were computed without the jars' modification times, which every name now includes."""
+    for size_file in cache.glob("spark-driver-*.json"):
+        try:
+            home = json.loads(size_file.read_text()).get("spark_home")
+        except (OSError, ValueError, AttributeError):
+            continue  # being written, or not ours to judge
+        name = size_file.stem.removeprefix("spark-driver-")
+        if isinstance(home, str) and _fingerprint({}, Path(home)) == name:
+            continue
+        for stale in (size_file.with_suffix(".jsa"), size_file.with_suffix(".refused")):
+            stale.unlink(missing_ok=True)
+        size_file.unlink(missing_ok=True)
+        log.info("spark_class_archive_removed", archive=str(size_file.with_suffix(".jsa")))
 
 
 def _why_none() -> str:

@@ -6,18 +6,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ingest import spark_archive
 from ingest.spark_archive import (
     CACHE_ENV,
     JAVA_OPTIONS,
     SWITCH_ENV,
     Archive,
     archive_for,
+    build,
     driver_options,
 )
 
@@ -148,3 +151,38 @@ def test_a_reinstalled_spark_gets_a_new_archive(
     after = archive_for({})
     assert before is not None and after is not None
     assert before.path != after.path
+
+
+def test_a_build_removes_the_archives_no_driver_can_use(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every new venv and every reinstall writes an archive of ~170 MB: the next build deletes
+    those whose Spark installation is gone or changed, and keeps other live installations'."""
+    monkeypatch.setattr(spark_archive, "_dump", lambda partial, timeout: partial.write_bytes(b"x"))
+
+    def install(name: str) -> Path:
+        jar = tmp_path / "homes" / name / "jars" / "spark-core.jar"
+        jar.parent.mkdir(parents=True)
+        jar.write_bytes(b"same")
+        return jar
+
+    def build_for(name: str) -> Path:
+        monkeypatch.setenv("SPARK_HOME", str(tmp_path / "homes" / name))
+        return build()
+
+    install("removed")
+    build_for("removed")
+    shutil.rmtree(tmp_path / "homes" / "removed")
+    jar = install("reinstalled")
+    build_for("reinstalled").with_suffix(".refused").write_bytes(b"set aside")
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
+    install("other")
+    other = build_for("other")
+    legacy = cache / "spark-driver-0123456789abcdef.jsa"  # named before mtimes counted
+    legacy.write_bytes(b"x")
+    legacy.with_suffix(".json").write_text(json.dumps({"size": 1}))
+
+    current = build_for("reinstalled")
+    left = sorted(p.name for p in cache.glob("spark-driver-*"))
+    kept = [other, other.with_suffix(".json"), current, current.with_suffix(".json")]
+    assert left == sorted(p.name for p in kept)
