@@ -52,10 +52,6 @@ from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
 from catalog.files.storage import Location, Storage, storage_for
-
-if TYPE_CHECKING:
-    import pyarrow.dataset as ds
-
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_UPSERT,
@@ -63,6 +59,9 @@ from catalog.model import (
     UNSET_TYPE,
     DataFile,
 )
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 #: Rows per yielded batch unless told otherwise.
 DEFAULT_BATCH_ROWS = 128 * 1024
