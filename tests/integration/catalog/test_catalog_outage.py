@@ -33,6 +33,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 QUICK = StoreSettings(pool_size=2, connect_timeout=2)
 
 
+@pytest.mark.slow
 def test_reads_fail_fast_while_a_guarded_call_waits_for_the_database(
     outage_pg: CrashablePostgres, tmp_path: Path
 ):

@@ -146,6 +146,7 @@ def produced(kafka: KafkaTestHelper, source: Source) -> str:
 @pytest.mark.parametrize(
     ("launch", "store"), [("spark.master setting", "local"), ("spark-submit", "s3")]
 )
+@pytest.mark.slow
 def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
     launch: str, setting: Setting, source: Source
 ) -> None:
@@ -171,6 +172,7 @@ def test_the_job_runs_on_the_cluster_and_the_lake_equals_the_source(
         assert any(fetched.search(log.read_text("utf-8", "replace")) for log in executor_logs)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(
     setting: Setting, source: Source
 ) -> None:

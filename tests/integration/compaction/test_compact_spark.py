@@ -204,6 +204,7 @@ def kill_python_workers() -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_the_command_reports_per_table_and_exits_1_when_a_task_fails(
     catalog: Catalog, catalog_dsn: str
 ):

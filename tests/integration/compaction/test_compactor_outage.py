@@ -183,6 +183,7 @@ def settled(dsn: str) -> bool:
         return all(len(p.files) < 3 for p in table.plan().partitions)
 
 
+@pytest.mark.slow
 def test_the_service_rides_out_an_outage_then_stops_after_its_budget_and_a_restart_finishes(
     outage_pg: CrashablePostgres, tmp_path: Path
 ):

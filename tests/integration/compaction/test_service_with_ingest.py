@@ -41,6 +41,7 @@ def max_runs_per_bucket(catalog: Catalog) -> int:
     return max((len(part.files) for part in plan.partitions), default=0)
 
 
+@pytest.mark.slow
 def test_the_compactor_keeps_a_streaming_cdc_table_bounded_without_failing_a_batch(
     catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka, spark, *, tmp_path: Path
 ):

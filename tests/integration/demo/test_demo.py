@@ -68,6 +68,7 @@ def wait_for_output(proc: subprocess.Popen[bytes], out: Path, text: str, timeout
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_the_demo_streams_changes_into_the_lake_and_checks_it_against_the_source(tmp_path):
     home, out = tmp_path / "home", tmp_path / "demo.out"
     proc = demo(home, out, "--duration", "8")
@@ -91,6 +92,7 @@ def test_the_demo_streams_changes_into_the_lake_and_checks_it_against_the_source
     assert "lakestream tables list --dsn postgresql://" in text
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_stream_stops_everything_with_exit_code_130(tmp_path):
     home, out = tmp_path / "home", tmp_path / "demo.out"
     proc = demo(home, out, "--duration", "120")

@@ -55,6 +55,7 @@ def assert_ran(run: CliRun) -> None:
     assert not run.named("ingest_failed"), run.describe()
 
 
+@pytest.mark.slow
 def test_a_restarted_pattern_job_writes_each_batch_once(
     catalog: Catalog,
     catalog_dsn: str,
@@ -96,6 +97,7 @@ def test_a_restarted_pattern_job_writes_each_batch_once(
         assert catalog.load_table(table).scan().to_arrow().num_rows == 100
 
 
+@pytest.mark.slow
 def test_a_new_checkpoint_also_knows_the_tables_of_the_last_commit(
     catalog: Catalog,
     catalog_dsn: str,
@@ -129,6 +131,7 @@ def test_a_new_checkpoint_also_knows_the_tables_of_the_last_commit(
     assert catalog.load_table("shop.customers").scan().to_arrow().num_rows == 20
 
 
+@pytest.mark.slow
 def test_schemaless_messages_without_a_schema_trip_the_guard_and_commit_nothing(
     catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka: KafkaTestHelper, tmp_path: Path
 ) -> None:

@@ -96,6 +96,7 @@ def ids(catalog: Catalog) -> list[int]:
     )
 
 
+@pytest.mark.slow
 def test_kill_minus_nine_mid_stream_then_restart_and_lost_checkpoint(
     catalog: Catalog,
     catalog_dsn: str,
@@ -134,6 +135,7 @@ def test_kill_minus_nine_mid_stream_then_restart_and_lost_checkpoint(
     assert sorted(ids(catalog)) == list(range(1100))
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_running_job_cleanly(
     catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka, tmp_path: Path
 ):

@@ -70,6 +70,7 @@ class Case:
 
 @pytest.mark.parametrize("kind", ["cdc", "append"])
 @pytest.mark.parametrize("starting", ["earliest", "latest"])
+@pytest.mark.slow
 def test_a_crash_at_any_point_then_a_restart_commits_every_message_once(
     catalog: Catalog, kafka, spark, tmp_path: Path, *, kind: str, starting: str
 ):

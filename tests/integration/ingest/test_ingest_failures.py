@@ -132,6 +132,7 @@ def streaming(config: dict[str, Any], kafka_budget: float | None = None) -> dict
     return config
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_fails_within_seconds_in_one_line(
     catalog_dsn: str, tmp_path: Path
 ) -> None:
@@ -160,6 +161,7 @@ def test_an_unreachable_catalog_fails_before_spark_starts(tmp_path: Path) -> Non
     assert not job.other(), job.describe()  # Spark never started: none of its lines
 
 
+@pytest.mark.slow
 def test_a_broker_outage_is_retried_then_fails_in_one_line(
     catalog: Catalog, catalog_dsn: str, tmp_path: Path
 ) -> None:
@@ -193,6 +195,7 @@ def test_a_broker_outage_is_retried_then_fails_in_one_line(
     assert catalog.load_table(TABLE).scan().to_arrow().num_rows == 10
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_process_group_stops_between_batches(
     catalog: Catalog, catalog_dsn: str, kafka: KafkaTestHelper, tmp_path: Path
 ) -> None:

@@ -90,6 +90,7 @@ def table_state(catalog: Catalog, name: str) -> dict[int, dict]:
     return {r["id"]: {k: v for k, v in r.items() if not k.startswith("_ls_")} for r in rows}
 
 
+@pytest.mark.slow
 def test_cdc_stream_keeps_the_table_equal_to_the_source(catalog, kafka, spark, tmp_path):
     topic = kafka.topic(partitions=2)
     source, rng = Source(), random.Random(7)

@@ -31,6 +31,7 @@ def inserts(first: int, last: int) -> list[tuple[bytes, bytes]]:
     return events
 
 
+@pytest.mark.slow
 def test_a_running_job_serves_its_figures_and_health(
     catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka: KafkaTestHelper, tmp_path: Path
 ) -> None:

@@ -126,6 +126,7 @@ def assert_each_batch_landed_once(catalog: Catalog) -> None:
     assert batches and max(batches.values()) == 1, "a batch was committed twice"
 
 
+@pytest.mark.slow
 def test_an_outage_longer_than_the_budget_stops_the_job_with_one_line_and_a_restart_resumes(
     outage_pg: CrashablePostgres, kafka, warehouse: Path, tmp_path: Path
 ):

@@ -205,6 +205,7 @@ def proxy(outage_pg: CrashablePostgres) -> Iterator[FaultProxy]:
     fault_proxy.close()
 
 
+@pytest.mark.slow
 def test_a_streaming_job_rides_out_a_30s_outage_and_resumes_on_its_own(
     outage_pg: CrashablePostgres, kafka, spark, tmp_path: Path
 ):
@@ -244,6 +245,7 @@ def test_a_streaming_job_rides_out_a_30s_outage_and_resumes_on_its_own(
     assert guard.stats().outages == 1
 
 
+@pytest.mark.slow
 def test_an_outage_in_each_phase_of_a_batch_is_waited_out_exactly_once(
     outage_pg: CrashablePostgres, proxy: FaultProxy, kafka, spark, tmp_path: Path
 ):

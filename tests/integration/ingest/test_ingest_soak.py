@@ -130,6 +130,7 @@ def check_lake(catalog: Catalog, job: Job) -> None:
     assert stored_offsets(catalog, f"soak-{job.feed.kind}", job.feed.topic) == job.feed.ends
 
 
+@pytest.mark.slow
 def test_jobs_killed_at_random_moments_lose_and_duplicate_nothing(
     catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka, tmp_path: Path
 ):

@@ -348,6 +348,7 @@ def source_db(pg_server: LocalPostgres) -> Iterator[PostgresSource]:
     drop_source_database(pg_server, name)
 
 
+@pytest.mark.slow
 def test_real_debezium_changes_keep_the_lake_equal_to_the_source(
     source_db: PostgresSource,
     catalog: Catalog,

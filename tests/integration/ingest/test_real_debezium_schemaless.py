@@ -203,6 +203,7 @@ def assert_ran(run: CliRun) -> None:
     assert run.returncode == 0 and not run.named("ingest_failed"), run.describe()
 
 
+@pytest.mark.slow
 def test_schemaless_debezium_into_a_created_and_a_declared_table(
     source_db: PostgresSource,
     catalog: Catalog,

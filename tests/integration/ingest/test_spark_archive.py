@@ -48,6 +48,7 @@ def start_driver(home: Path, class_log: Path) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_a_built_archive_feeds_the_driver_and_a_broken_one_is_set_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

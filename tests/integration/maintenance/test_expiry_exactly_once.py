@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 @pytest.mark.parametrize("kind", ["cdc", "append"])
+@pytest.mark.slow
 def test_replay_after_aggressive_expiry_finds_the_last_batch_key(
     catalog: Catalog, kafka, spark, tmp_path: Path, kind: str
 ):

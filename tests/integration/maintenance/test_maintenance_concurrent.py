@@ -55,6 +55,7 @@ def _loop(stop: threading.Event, errors: list[BaseException], body: Callable[[],
             return
 
 
+@pytest.mark.slow
 def test_maintenance_under_writers_and_compaction_keeps_every_retained_version(
     catalog_dsn: str, warehouse: Path
 ):

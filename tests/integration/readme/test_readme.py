@@ -275,6 +275,7 @@ def _tail(stdout: str | bytes | None, stderr: str | bytes | None) -> str:
 # -- the test -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_readme_runs_top_to_bottom(
     tmp_path: Path, pg_server: LocalPostgres, kafka_broker: LocalBroker
 ) -> None:

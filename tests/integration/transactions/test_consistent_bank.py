@@ -62,6 +62,7 @@ def last_batch(catalog: Catalog) -> int:
     return max(b for b, _ in cuts(catalog))
 
 
+@pytest.mark.slow
 def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, caplog):
     bank = opened_bank(kafka)
     job = config(kafka, bank, tmp_path, "bank")
@@ -112,6 +113,7 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     assert point is not None and point.transaction == str(bank.txid)  # the last transfer
 
 
+@pytest.mark.slow
 def test_eventual_mode_shows_transfers_cut_in_half(catalog, kafka, spark, tmp_path):
     bank = opened_bank(kafka)
     job = config(kafka, bank, tmp_path, "bank_eventual", transactions=TransactionMode.EVENTUAL)
@@ -179,6 +181,7 @@ def test_on_timeout_wait_keeps_an_incomplete_transaction_and_those_after_it_held
     assert first["start_prepared"] and first["dissolved"] == 5
 
 
+@pytest.mark.slow
 def test_on_timeout_publish_publishes_it_incomplete_and_says_so(catalog, kafka, spark, tmp_path):
     bank, stuck = stalled_bank(kafka)
     publishing = config(

@@ -86,6 +86,7 @@ def table(catalog: Catalog, name: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in catalog.load_table(name).scan().to_arrow().to_pylist()}
 
 
+@pytest.mark.slow
 def test_kill_minus_nine_while_transactions_are_held(
     catalog: Catalog,
     catalog_dsn: str,

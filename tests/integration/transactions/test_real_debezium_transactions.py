@@ -104,6 +104,7 @@ def job_config(kafka: Any, prefix: str, tmp_path: Path, job: str, **extra: Any) 
     )
 
 
+@pytest.mark.slow
 def test_real_debezium_transactions_are_published_whole(
     source_db: PostgresSource, catalog: Catalog, kafka: Any, spark: Any, tmp_path: Path
 ) -> None:
