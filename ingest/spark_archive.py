@@ -152,8 +152,21 @@ def driver_options(conf: Mapping[str, str]) -> dict[str, str]:
             hint="'lakestream spark-archive' builds it: a job's Spark then starts ~2x faster",
         )
         return {}
-    options = f"-XX:SharedArchiveFile={archive.path} -Xshare:auto {_CDS_TO_STDERR} {own}".strip()
+    options = (
+        f"-XX:SharedArchiveFile={archive.path} -Xshare:auto {_CDS_TO_STDERR} "
+        f"-XX:ErrorFile={_crash_reports(archive)} {own}"
+    ).strip()
     return {JAVA_OPTIONS: options}
+
+
+def _crash_reports(archive: Archive) -> Path:
+    """Where a driver JVM started with the archive writes its crash report (``%p``: its pid).
+
+    A JVM that cannot map the archive dies of SIGBUS before it runs anything, and HotSpot writes
+    ``hs_err_pid<pid>.log`` into the working directory by default: the user's, for a refusal
+    that :func:`refused` handles and logs. The report goes beside the archive instead (a user's
+    own ``-XX:ErrorFile`` comes later on the command line and wins)."""
+    return archive.path.parent / "hs_err_pid%p.log"
 
 
 def refused(conf: Mapping[str, str]) -> None:
@@ -169,6 +182,7 @@ def refused(conf: Mapping[str, str]) -> None:
     log.warning(
         "spark_class_archive_refused",
         path=str(archive.path),
+        crash_reports=str(_crash_reports(archive)).replace("%p", "*"),
         hint="the driver started without it; 'lakestream spark-archive' builds a new one",
     )
 

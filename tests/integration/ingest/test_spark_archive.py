@@ -39,7 +39,7 @@ FROM_ARCHIVE = "source: shared objects file (top)"
 def start_driver(home: Path, class_log: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", DRIVER, str(class_log)],
-        cwd=home,  # where a crashing JVM leaves its hs_err file
+        cwd=home,  # where a crashing JVM would leave its hs_err file by default
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
@@ -91,3 +91,6 @@ def test_a_built_archive_feeds_the_driver_and_a_broken_one_is_set_aside(
     assert "spark_class_archive_refused" in fallback.stdout + fallback.stderr
     assert not path.exists() and path.with_suffix(".refused").exists()
     assert (tmp_path / "classes-after.log").read_text().count(FROM_ARCHIVE) == 0
+    # the refusing JVM's crash report went beside the archive, not into the working directory
+    assert list(tmp_path.glob("hs_err_pid*.log")) == []
+    assert len(list(path.parent.glob("hs_err_pid*.log"))) == 1

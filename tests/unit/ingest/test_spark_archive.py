@@ -57,6 +57,8 @@ def test_a_whole_archive_goes_before_the_users_own_default_options() -> None:
     options = driver_options({JAVA_OPTIONS: "-Dadmin=1"})[JAVA_OPTIONS]
     assert options.startswith(f"-XX:SharedArchiveFile={archive.path} -Xshare:auto ")
     assert options.endswith(" -Dadmin=1")
+    # a JVM that crashes on the archive reports beside it, not in the user's working directory
+    assert f" -XX:ErrorFile={archive.path.parent}/hs_err_pid%p.log " in options
 
 
 def test_the_users_extra_options_are_not_touched() -> None:
