@@ -67,7 +67,48 @@ def run_ingest(
 
     ``guard`` waits out catalog outages in the batches (default: fail at the first one);
     ``observer`` is told each committed batch's figures (the job's metrics).
+
+    A query whose Python source runner did not start within Spark's fixed 10 s (a machine too
+    busy to import PySpark in that time) is started again, up to :data:`START_ATTEMPTS` times
+    in all: it fails while Spark plans its first batch, and a start from the checkpoint and the
+    catalog is exactly what a restarted job does.
     """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _run(config, spark, catalog, stop, guard, observer=observer)
+        except QueryFailed as failure:
+            if attempt == START_ATTEMPTS or not is_worker_start_timeout(failure):
+                raise
+            log.warning(
+                "ingest_restarting",
+                job=config.job,
+                attempt=attempt,
+                reason=str(failure),
+                hint="Spark's Python worker did not connect back within 10 s: the machine is busy",
+            )
+    raise AssertionError("unreachable")  # the last attempt returned or raised
+
+
+#: Starts of the query, in all, when Spark's Python worker times out connecting back.
+START_ATTEMPTS = 3
+#: What Spark says when a Python worker it started did not connect back within its 10 s (fixed
+#: in ``PythonWorkerFactory.createSimpleWorker``; the streaming source's runner starts this way).
+_WORKER_START_TIMEOUT = "Python worker failed to connect back"
+
+
+def is_worker_start_timeout(failure: QueryFailed) -> bool:
+    return _WORKER_START_TIMEOUT in str(failure)
+
+
+def _run(
+    config: IngestJobConfig,
+    spark: Any,
+    catalog: Catalog,
+    stop: threading.Event | None,
+    guard: OutageGuard | None,
+    *,
+    observer: Callable[[Mapping[str, Any]], None] | None,
+) -> IngestRun:
     state = startpoint.read_state(config.checkpoint)
     incarnation = startpoint.incarnation(config.checkpoint, state)
     start = startpoint.decide(
