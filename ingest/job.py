@@ -73,11 +73,12 @@ def run_ingest(
     in all: it fails while Spark plans its first batch, and a start from the checkpoint and the
     catalog is exactly what a restarted job does.
     """
-    for attempt in range(1, START_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         try:
             return _run(config, spark, catalog, stop, guard, observer=observer)
         except QueryFailed as failure:
-            if attempt == START_ATTEMPTS or not is_worker_start_timeout(failure):
+            if attempt == START_ATTEMPTS or _WORKER_START_TIMEOUT not in str(failure):
                 raise
             log.warning(
                 "ingest_restarting",
@@ -86,7 +87,7 @@ def run_ingest(
                 reason=str(failure),
                 hint="Spark's Python worker did not connect back within 10 s: the machine is busy",
             )
-    raise AssertionError("unreachable")  # the last attempt returned or raised
+            attempt += 1
 
 
 #: Starts of the query, in all, when Spark's Python worker times out connecting back.
@@ -94,10 +95,6 @@ START_ATTEMPTS = 3
 #: What Spark says when a Python worker it started did not connect back within its 10 s (fixed
 #: in ``PythonWorkerFactory.createSimpleWorker``; the streaming source's runner starts this way).
 _WORKER_START_TIMEOUT = "Python worker failed to connect back"
-
-
-def is_worker_start_timeout(failure: QueryFailed) -> bool:
-    return _WORKER_START_TIMEOUT in str(failure)
 
 
 def _run(
