@@ -19,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import msgspec
 import orjson
@@ -58,6 +59,31 @@ class _Envelope(msgspec.Struct):
 
 
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
+_ScanResult = tuple[
+    list[tuple[int, str, int]], list[int], list[str], list[int], str, str | None, int, bool
+]
+
+
+def _load_scan() -> tuple[Callable[..., _ScanResult] | None, str]:
+    """:meth:`HeldSplit.fast`'s C loop, or None; and "native" or why not.
+
+    A build older than the source beside it (``_holdscan.c`` edited, the package not installed
+    again) is not used: the C loop must be the one the tests checked against the Python one."""
+    try:
+        from ingest.sink import _holdscan
+    except ImportError:
+        return None, "python: the C extension is not built (no C compiler at install time)"
+    source = Path(__file__).with_name("_holdscan.c")
+    built_from = _holdscan.SOURCE_SHA256
+    if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() != built_from:
+        return None, "python: the C extension is older than _holdscan.c (run dev/setup)"
+    return _holdscan.scan, "native"
+
+
+_SCAN, HOLD_LOOP = _load_scan()
+#: "native" when the tasks' hold runs in C, else "python: <why>" (the ingest job logs it).
 
 
 #: The table property the compactor obeys (``compaction.policy.ENABLED``; ingest may not import
@@ -197,6 +223,38 @@ class HeldSplit:
         origins: Sequence[int],
         blocks: Sequence[TransactionBlock | None],
     ) -> list[int]:
+        """Count the ranks of a run of the decoder's fast rows (``blocks[i]`` is the block of
+        record ``origins[i] - base`` of ``chunk``); return the ``i`` of those held.
+
+        :meth:`fast_py`'s loop, in C where the extension is built (:data:`HOLD_LOOP`): the
+        common events are read there, every other one (``odd``) here, as before."""
+        if _SCAN is None:
+            return self.fast_py(chunk, base, origins, blocks)
+        txn, extends, mask, holding = self._run
+        picked, odd, run_ids, run_masks, txn, extends, mask, holding = _SCAN(
+            blocks, self.publish, txn, extends, mask, holding, BITWISE_LIMIT
+        )
+        self._run = (txn, extends, mask, holding)
+        self._run_ids += run_ids
+        self._run_masks += run_masks
+        held = [at for at, _, _ in picked]
+        if picked:
+            self._picks(chunk).extend((origins[at] - base, t, o) for at, t, o in picked)
+        for at in odd:
+            block = blocks[at]
+            if block is not None and self._odd(chunk, origins[at] - base, block):
+                held.append(at)
+        return held
+
+    def fast_py(
+        self,
+        chunk: RecordChunk,
+        base: int,
+        origins: Sequence[int],
+        blocks: Sequence[TransactionBlock | None],
+    ) -> list[int]:
+        """:meth:`fast` in Python: the reference the C loop is tested against, and what runs
+        where the extension is not built."""
         held: list[int] = []
         picks: list[tuple[int, str, int]] | None = None
         publish = self.publish

@@ -1,0 +1,18 @@
+# The C extension built from _holdscan.c (see its header for what scan returns).
+from collections.abc import Sequence
+from typing import Any
+
+SOURCE_SHA256: str
+
+def scan(
+    blocks: Sequence[Any],
+    publish: frozenset[str],
+    txn: str,
+    extends: str | None,
+    mask: int,
+    holding: bool,
+    limit: int,
+    /,
+) -> tuple[
+    list[tuple[int, str, int]], list[int], list[str], list[int], str, str | None, int, bool
+]: ...
