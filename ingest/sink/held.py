@@ -240,11 +240,11 @@ class HeldSplit:
         held = [at for at, _, _ in picked]
         if picked:
             self._picks(chunk).extend((origins[at] - base, t, o) for at, t, o in picked)
-        for at in odd:
-            block = blocks[at]
-            if block is not None and self._odd(chunk, origins[at] - base, block):
-                held.append(at)
-        return held
+        odd_held = [
+            at for at in odd
+            if (block := blocks[at]) is not None and self._odd(chunk, origins[at] - base, block)
+        ]  # fmt: skip
+        return sorted(held + odd_held) if odd_held else held  # ascending, as RecordHold says
 
     def fast_py(
         self,
