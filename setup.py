@@ -3,7 +3,7 @@
 Everything else about the package is in pyproject.toml. The extension is optional: without a C
 compiler the package installs and ``ingest.sink.held`` runs the same loop in Python. The module
 carries the SHA-256 of the source it was built from, so a build older than its source is never
-used (``ingest.sink.held.native_hold``).
+used (``ingest.sink.held.HOLD_LOOP`` says which loop runs).
 """
 
 import hashlib

@@ -82,8 +82,8 @@ def _load_scan() -> tuple[Callable[..., _ScanResult] | None, str]:
     return _holdscan.scan, "native"
 
 
+#: HOLD_LOOP: "native" when the tasks' hold runs in C, else "python: <why>" (the job logs it).
 _SCAN, HOLD_LOOP = _load_scan()
-#: "native" when the tasks' hold runs in C, else "python: <why>" (the ingest job logs it).
 
 
 #: The table property the compactor obeys (``compaction.policy.ENABLED``; ingest may not import
