@@ -3,9 +3,9 @@
  * `HeldSplit.fast_py` (ingest/sink/held.py) is the reference: this does exactly what its loop
  * does, for the events whose block is the common shape (an ASCII string id, an int rank in
  * 1..limit), and hands every other event back to Python as "odd", which reads it as before.
- * Why C: the loop runs once for every change event a task reads, and in Python it cost
- * ~0.35 us an event - a third of a million events' decode (bench/RESULTS.md, source
- * transactions, run 14). tests/unit/ingest/test_holdscan.py checks both against each other.
+ * Why C: the loop runs once for every change event a task reads; in Python it cost ~0.4 us an
+ * event, a tenth of a consistent task's decode, here ~0.12 (bench/RESULTS.md, source
+ * transactions, run 14). tests/unit/ingest/sink/test_holdscan.py checks both against each other.
  *
  * scan(blocks, publish, txn, extends, mask, holding, limit)
  *     -> (held, odd, run_ids, run_masks, txn, extends, mask, holding)
