@@ -12,6 +12,7 @@ at the offsets in the catalog.
 from __future__ import annotations
 
 import json
+import random
 import re
 import signal
 import threading
@@ -72,7 +73,9 @@ def run_ingest(
     A query whose Python source runner did not start within Spark's fixed 10 s (a machine too
     busy to import PySpark in that time) is started again, up to :data:`START_ATTEMPTS` times
     in all: it fails while Spark plans its first batch, and a start from the checkpoint and the
-    catalog is exactly what a restarted job does.
+    catalog is exactly what a restarted job does. Each restart waits a random pause first
+    (:func:`restart_pause`): queries that timed out together, because they started together,
+    would otherwise start together again and time out again.
     """
     attempt = 1
     while True:
@@ -81,18 +84,29 @@ def run_ingest(
         except QueryFailed as failure:
             if attempt == START_ATTEMPTS or _WORKER_START_TIMEOUT not in str(failure):
                 raise
+            pause = restart_pause(attempt)
             log.warning(
                 "ingest_restarting",
                 job=config.job,
                 attempt=attempt,
+                pause_s=round(pause, 1),
                 reason=str(failure),
                 hint="Spark's Python worker did not connect back within 10 s: the machine is busy",
             )
+            (stop or threading.Event()).wait(pause)
             attempt += 1
 
 
+def restart_pause(attempt: int) -> float:
+    """Seconds to wait before start ``attempt + 1``: random, up to :data:`RESTART_PAUSE_S`
+    times ``attempt``, so that jobs that failed together spread out, more so each time."""
+    return random.uniform(0, RESTART_PAUSE_S * attempt)  # spreading starts, not secrecy
+
+
 #: Starts of the query, in all, when Spark's Python worker times out connecting back.
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5
+#: The longest pause before the second start; before the n-th, n - 1 times it.
+RESTART_PAUSE_S = 5.0
 #: What Spark says when a Python worker it started did not connect back within its 10 s (fixed
 #: in ``PythonWorkerFactory.createSimpleWorker``; the streaming source's runner starts this way).
 _WORKER_START_TIMEOUT = "Python worker failed to connect back"

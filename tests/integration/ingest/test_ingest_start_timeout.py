@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from catalog import Catalog
+from ingest.job import RESTART_PAUSE_S
 from ingest.kafka.localbroker import create_topic
 from tests.fixtures.broker import KafkaTestHelper, unique_topic
 from tests.fixtures.ingest_cli import run_ingest_cli
@@ -65,6 +66,7 @@ def test_a_source_runner_too_slow_to_connect_back_costs_a_restart_not_the_job(
     restarts = run.named("ingest_restarting")
     assert [e["attempt"] for e in restarts] == [1], run.describe()
     assert "Python worker failed to connect back" in restarts[0]["reason"]
+    assert 0 <= restarts[0]["pause_s"] <= RESTART_PAUSE_S
     batches = run.named("batch_committed")
     assert [e["batch"] for e in batches] == [0, 1, 2], run.describe()
     rows = catalog.load_table("shop.customers").scan().to_arrow()
