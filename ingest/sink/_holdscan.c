@@ -133,7 +133,9 @@ follow_id(Run *run, Out *out, PyObject *raw, PyObject *publish)
     const char *lsn = colon != NULL ? colon + 1 : id + length;
     Py_ssize_t lsn_length = colon != NULL ? length - head - 1 : 0;
     int lsn_ok = colon == NULL || is_decimal(lsn, lsn_length);
-    if (run->extends != Py_None && lsn_ok && PyUnicode_GET_LENGTH(run->extends) == head
+    /* extends is compared byte for byte: only an ASCII one can equal an ASCII id's head */
+    if (run->extends != Py_None && lsn_ok && PyUnicode_IS_ASCII(run->extends)
+        && PyUnicode_GET_LENGTH(run->extends) == head
         && memcmp(PyUnicode_DATA(run->extends), id, (size_t)head) == 0)
         return 0;
     PyObject *first, *extends;
