@@ -78,13 +78,17 @@ class _SchemaPart(msgspec.Struct):
 
 
 _SCHEMA_PART = msgspec.json.Decoder(_SchemaPart)
+#: What msgspec raises for a message the fast path leaves to the general path. Invalid UTF-8
+#: in a string it builds raises UnicodeDecodeError, not a DecodeError: one such record failed
+#: the whole batch (the general path dead-letters it).
+_NOT_COMMON = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
 
 
 def embedded_schema(value: bytes) -> bytes | None:
     """The raw JSON of a message's embedded schema (the rest of the message is skipped)."""
     try:
         part = _SCHEMA_PART.decode(value)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except _NOT_COMMON:
         return None
     raw = bytes(part.schema)
     return raw or None
@@ -112,7 +116,7 @@ class FastRows:
         decoder = _decoder(names, blocks) if schema is None else _embedded_decoder(names, blocks)
         self._decode = decoder.decode
         self._blocks = blocks
-        self._errors = (msgspec.DecodeError, msgspec.ValidationError)
+        self._errors = _NOT_COMMON
 
     def decode(
         self, value: bytes

@@ -123,7 +123,7 @@ def event_ref(value: bytes | None) -> tuple[str, int] | None:
         return None
     try:
         block = _ENVELOPE.decode(value).transaction
-    except msgspec.DecodeError:  # ValidationError included
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included; bad UTF-8
         return _scanned_ref(value)
     if block is None:
         return None
@@ -160,7 +160,15 @@ def _scanned_ref(value: bytes) -> tuple[str, int] | None:
     null, tx_id, other_id, order = match.groups()
     if null is not None:
         return None
-    return (tx_id if tx_id is not None else other_id).decode(), _rank(int(order))
+    if tx_id is not None:
+        return tx_id.decode(), _rank(int(order))
+    if b"\\" in other_id:  # escapes: JSON reads them
+        return _slow_ref(value, at)
+    try:
+        raw = other_id.decode()
+    except UnicodeDecodeError:
+        raise BadTransactionMetadata("the transaction block's id is not UTF-8") from None
+    return normalise_id(raw), _rank(int(order))
 
 
 def _slow_ref(value: bytes, at: int) -> tuple[str, int] | None:

@@ -110,6 +110,18 @@ def test_the_fast_path_leaves_everything_unusual_to_the_general_path() -> None:
     assert fast.decode(b"{truncated") is None
 
 
+def test_invalid_utf8_in_a_value_is_a_dead_letter_not_a_failed_batch() -> None:
+    """msgspec raises UnicodeDecodeError for it, which is no DecodeError: one such record
+    failed the whole task, batch after batch, instead of going to the general path."""
+    good = event("c", 1, 50)
+    bad = event("c", 2, 51).replace(b'"n2"', b'"n\x802"')
+    result = decode_records(numbered([record(good, key({"id": 1})), record(bad, key({"id": 2}))]),
+                            CONFIG)  # fmt: skip
+    assert [r["id"] for t in result.tables for r in t.rows.to_pylist()] == [1]
+    assert [d.offset for d in result.dead_letters] == [1]
+    assert FastRows(("id", "name")).decode(bad) is None
+
+
 FIELDS_V1 = [
     field("id", "int32", optional=False),
     field("name", "string"),

@@ -91,6 +91,34 @@ def test_odd_but_readable_blocks_read_as_before(value: bytes, ref: object) -> No
     assert event_ref(value) == ref
 
 
+def test_invalid_utf8_elsewhere_in_the_event_leaves_its_block_readable() -> None:
+    value = event({"id": "571:53195829", "total_order": 3}).replace(b'"x"', b'"\x80"')
+    assert event_ref(value) == ("571", 3)
+
+
+def test_a_block_id_that_is_not_utf8_is_an_error_not_a_crash() -> None:
+    """msgspec raises UnicodeDecodeError for it (no DecodeError), and so did the raw scan:
+    one such event failed its whole task, batch after batch."""
+    with pytest.raises(BadTransactionMetadata, match="not UTF-8"):
+        event_ref(b'{"op":"c","transaction":{"id":"a\x80b","total_order":1}}')
+
+
+@pytest.mark.parametrize(
+    ("block", "ref"),
+    [
+        (b'{"id":"a\\"b","total_order":2}', ('a"b', 2)),
+        ('{"id":"١٢:٣","total_order":1}'.encode(), ("١٢", 1)),
+    ],
+)
+def test_the_raw_scan_names_a_transaction_as_the_decoded_block_does(
+    block: bytes, ref: tuple[str, int]
+) -> None:
+    """An event msgspec cannot read (here: text after the object) is scanned raw: the id it
+    finds must be the one the END marker and the other events give (escapes read, normalised)."""
+    assert event_ref(b'{"op":"c","transaction":' + block + b"}") == ref
+    assert event_ref(b'{"op":"c","transaction":' + block + b"} trailing") == ref
+
+
 def test_held_table_name_is_safe_and_distinct_for_unsafe_job_names() -> None:
     assert held_table_name("orders") == "lakestream_jobs.orders_held"
     dashed, underscored = held_table_name("clicks-job"), held_table_name("clicks_job")

@@ -126,6 +126,9 @@ def test_ranks_written_as_strings_are_read() -> None:
         b'{"status":"END","id":"1"}',
         b'{"status":"END","id":"1","event_count":-1}',
         b'{"status":"END","id":"1","event_count":1,"data_collections":[{"event_count":1}]}',
+        b'{"status":"END","id":"1\x80","event_count":1}',  # msgspec: UnicodeDecodeError
+        b'{"status":"END","id":"1","event_count":1,"data_collections":'
+        b'[{"data_collection":"\x80","event_count":1}]}',
     ],
 )
 def test_bad_markers_raise_an_ingest_error_saying_why(value: bytes) -> None:
