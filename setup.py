@@ -1,4 +1,5 @@
-"""The one C extension (``ingest.sink._holdscan``, the tasks' per-event hold; see its source).
+"""The one C extension (``ingest.sink._holdscan``: the tasks' per-event hold and the driver's END
+markers of ``transactions: consistent``; see its source).
 
 Everything else about the package is in pyproject.toml. The extension is optional: without a C
 compiler the package installs and ``ingest.sink.held`` runs the same loop in Python. The module

@@ -1,4 +1,4 @@
-# The C extension built from _holdscan.c (see its header for what scan returns).
+# The C extension built from _holdscan.c (see its source for what scan and ends return).
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,3 +16,10 @@ def scan(
 ) -> tuple[
     list[tuple[int, str, int]], list[int], list[str], list[int], str, str | None, int, bool
 ]: ...
+def ends(
+    values: Sequence[bytes | None],
+    seen: dict[bytes, Any],
+    marker_type: type[tuple[Any, ...]],
+    end_status: object,
+    /,
+) -> tuple[list[Any], list[int]]: ...

@@ -20,7 +20,6 @@ import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 
 import msgspec
 import orjson
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 
 from ingest.debezium import RecordChunk, TransactionBlock
 from ingest.errors import IngestError
+from ingest.sink import native
 from ingest.sink.report import TxnRanks
 from ingest.transactions import BadTransactionMetadata, normalise_id
 from ingest.transactions.ranges import BITWISE_LIMIT, MAX_RANK, mask_of
@@ -67,23 +67,14 @@ _ScanResult = tuple[
 
 
 def _load_scan() -> tuple[Callable[..., _ScanResult] | None, str]:
-    """:meth:`HeldSplit.fast`'s C loop, or None; and "native" or why not.
-
-    A build older than the source beside it (``_holdscan.c`` edited, the package not installed
-    again) is not used: the C loop must be the one the tests checked against the Python one."""
-    try:
-        from ingest.sink import _holdscan
-    except ImportError:
-        return None, "python: the C extension is not built (no C compiler at install time)"
-    source = Path(__file__).with_name("_holdscan.c")
-    built_from = _holdscan.SOURCE_SHA256
-    if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() != built_from:
-        return None, "python: the C extension is older than _holdscan.c (run dev/setup)"
-    return _holdscan.scan, "native"
+    """:meth:`HeldSplit.fast`'s C loop, or None; and "native" or why not (:mod:`native`)."""
+    extension, why = native.load()
+    return (None if extension is None else extension.scan), why
 
 
 #: HOLD_LOOP: "native" when the tasks' hold runs in C, else "python: <why>" (the job logs it).
-_SCAN, HOLD_LOOP = _load_scan()
+_SCAN = None if native.EXTENSION is None else native.EXTENSION.scan
+HOLD_LOOP = native.LOOPS
 
 
 #: The table property the compactor obeys (``compaction.policy.ENABLED``; ingest may not import

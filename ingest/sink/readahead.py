@@ -28,7 +28,7 @@ from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
-from ingest.transactions.markers import TransactionMarker, decode_end, is_transaction_topic
+from ingest.transactions.markers import TransactionMarker, end_markers, is_transaction_topic
 
 log = get_logger("lakestream.ingest")
 
@@ -78,11 +78,11 @@ class MarkerRun:
         """The END marker of each record, None for the others.
 
         Raises:
-            BadTransactionMetadata: a record is no marker (see ``decode_end``).
+            BadTransactionMetadata: a record is no marker (see ``end_markers``).
         """
         ends = self._ends
         if ends is None:  # two threads may both decode: the same result, set once either way
-            ends = self._ends = list(map(decode_end, self.values))
+            ends = self._ends = end_markers(self.values)
         return ends
 
     def before(self, end: int) -> MarkerRun:

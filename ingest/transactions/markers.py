@@ -17,7 +17,7 @@ the END's LSN is its commit position, which this module keeps as the marker's so
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal, NamedTuple
@@ -27,6 +27,7 @@ import orjson
 
 from ingest.debezium.position import LSN_LIMIT
 from ingest.errors import IngestError
+from ingest.sink import native
 
 __all__ = [
     "BadTransactionMetadata",
@@ -35,6 +36,7 @@ __all__ = [
     "TransactionRef",
     "decode_end",
     "decode_ends",
+    "end_markers",
     "decode_marker",
     "is_transaction_topic",
     "normalise_id",
@@ -164,7 +166,25 @@ def decode_ends(values: Iterable[bytes | None]) -> list[TransactionMarker]:
     Raises:
         BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
     """
-    return [m for m in (decode_end(value) for value in values) if m is not None]
+    return [m for m in end_markers(list(values)) if m is not None]
+
+
+def end_markers(values: Sequence[bytes | None]) -> list[TransactionMarker | None]:
+    """:func:`decode_end` of each record, in C where the extension is built
+    (:data:`ingest.sink.native.LOOPS`): records of the common shape are read there, the others
+    (``odd``) by :func:`decode_end` here, as are those whose ``data_collections`` text this
+    process has not read before (the C loop takes them from ``_SEEN_COLLECTIONS`` only).
+
+    Raises:
+        BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
+    """
+    if _ENDS is None:
+        return list(map(decode_end, values))
+    found: list[TransactionMarker | None]
+    found, odd = _ENDS(values, _SEEN_COLLECTIONS, TransactionMarker, MarkerStatus.END)
+    for at in odd:
+        found[at] = decode_end(values[at])
+    return found
 
 
 def decode_end(value: bytes | None) -> TransactionMarker | None:
@@ -223,6 +243,8 @@ _COLLECTIONS = msgspec.json.Decoder(list[_Collection] | None)
 _SEEN_COLLECTIONS: dict[bytes, tuple[tuple[str, int], ...]] = {}
 _SEEN_LIMIT = 4096
 _new_marker = tuple.__new__  # a named tuple built without its Python-level __new__
+#: :func:`end_markers`' C loop (None where the extension is not loaded).
+_ENDS = None if native.EXTENSION is None else native.EXTENSION.ends
 
 
 def _typed_end(value: bytes) -> TransactionMarker | None:
