@@ -479,6 +479,9 @@ end_marker(const EndFields *f, PyObject *seen, PyTypeObject *marker_type, PyObje
     Py_DECREF(key);
     if (collections == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    /* owned from here: the allocations below may run the collector, and with it code of
+     * another thread that clears `seen` */
+    Py_INCREF(collections);
     const char *colon = memchr(f->id, ':', f->id_n);
     Py_ssize_t head = colon == NULL ? 0 : colon - f->id;
     PyObject *txn, *position;
@@ -494,6 +497,7 @@ end_marker(const EndFields *f, PyObject *seen, PyTypeObject *marker_type, PyObje
     PyObject *ts = f->ts < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(f->ts);
     PyObject *marker = marker_type->tp_alloc(marker_type, 6);
     if (txn == NULL || position == NULL || count == NULL || ts == NULL || marker == NULL) {
+        Py_DECREF(collections);
         Py_XDECREF(txn);
         Py_XDECREF(position);
         Py_XDECREF(count);
@@ -501,7 +505,7 @@ end_marker(const EndFields *f, PyObject *seen, PyTypeObject *marker_type, PyObje
         Py_XDECREF(marker);
         return NULL;
     }
-    PyObject *fields[6] = {Py_NewRef(end_status), txn, count, Py_NewRef(collections), ts, position};
+    PyObject *fields[6] = {Py_NewRef(end_status), txn, count, collections, ts, position};
     for (int i = 0; i < 6; i++)
         PyTuple_SET_ITEM(marker, i, fields[i]);
     return marker;
