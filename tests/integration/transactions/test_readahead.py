@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Sequence
 
 import orjson
 import pytest
@@ -15,7 +16,7 @@ from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.sink import readahead
 from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
-from ingest.transactions import BadTransactionMetadata
+from ingest.transactions import BadTransactionMetadata, TransactionMarker
 from tests.fixtures.broker import KafkaTestHelper
 
 pytestmark = pytest.mark.integration
@@ -166,13 +167,13 @@ def test_what_is_read_ahead_is_decoded_when_the_batch_asks(
     decodes the END markers (in the gap between batches)."""
     name, options = topic
     decoding: list[str] = []
-    real = readahead.decode_end
+    real = readahead.end_markers
 
-    def watched(value: bytes | None) -> object:
+    def watched(values: Sequence[bytes | None]) -> list[TransactionMarker | None]:
         decoding.append(threading.current_thread().name)
-        return real(value)
+        return real(values)
 
-    monkeypatch.setattr(readahead, "decode_end", watched)
+    monkeypatch.setattr(readahead, "end_markers", watched)
     ahead = MarkerReadAhead(options)
     first = OffsetRange(name, 0, 0, 100)
     ahead.records(first)
