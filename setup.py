@@ -2,9 +2,10 @@
 markers of ``transactions: consistent``; see its source).
 
 Everything else about the package is in pyproject.toml. The extension is optional: without a C
-compiler the package installs and ``ingest.sink.held`` runs the same loop in Python. The module
-carries the SHA-256 of the source it was built from, so a build older than its source is never
-used (``ingest.sink.held.HOLD_LOOP`` says which loop runs).
+compiler the package installs and the same loops run in Python (``HeldSplit.fast_py``,
+``markers.decode_end``). The module carries the SHA-256 of the source it was built from, so a
+build older than its source is never used (``ingest.sink.native.load``; ``LOOPS`` says which
+loops run).
 """
 
 import hashlib

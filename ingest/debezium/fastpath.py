@@ -78,17 +78,19 @@ class _SchemaPart(msgspec.Struct):
 
 
 _SCHEMA_PART = msgspec.json.Decoder(_SchemaPart)
-#: What msgspec raises for a message the fast path leaves to the general path. Invalid UTF-8
-#: in a string it builds raises UnicodeDecodeError, not a DecodeError: one such record failed
-#: the whole batch (the general path dead-letters it).
-_NOT_COMMON = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+#: What msgspec raises for a text it does not read as the type asked for (every msgspec reader
+#: of records catches these and leaves the record to slower code). Invalid UTF-8 in a string it
+#: builds raises UnicodeDecodeError, not a DecodeError: one such change event failed its whole
+#: batch (the general path dead-letters it), one such END or block raised past the error naming
+#: it.
+MSGSPEC_REFUSALS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
 
 
 def embedded_schema(value: bytes) -> bytes | None:
     """The raw JSON of a message's embedded schema (the rest of the message is skipped)."""
     try:
         part = _SCHEMA_PART.decode(value)
-    except _NOT_COMMON:
+    except MSGSPEC_REFUSALS:
         return None
     raw = bytes(part.schema)
     return raw or None
@@ -116,7 +118,7 @@ class FastRows:
         decoder = _decoder(names, blocks) if schema is None else _embedded_decoder(names, blocks)
         self._decode = decoder.decode
         self._blocks = blocks
-        self._errors = _NOT_COMMON
+        self._errors = MSGSPEC_REFUSALS
 
     def decode(
         self, value: bytes

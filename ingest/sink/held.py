@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.debezium import RecordChunk, TransactionBlock
+from ingest.debezium.fastpath import MSGSPEC_REFUSALS
 from ingest.errors import IngestError
 from ingest.sink import native
 from ingest.sink.report import TxnRanks
@@ -114,7 +115,7 @@ def event_ref(value: bytes | None) -> tuple[str, int] | None:
         return None
     try:
         block = _ENVELOPE.decode(value).transaction
-    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included; bad UTF-8
+    except MSGSPEC_REFUSALS:
         return _scanned_ref(value)
     if block is None:
         return None

@@ -25,6 +25,7 @@ from typing import Annotated, Literal, NamedTuple
 import msgspec
 import orjson
 
+from ingest.debezium.fastpath import MSGSPEC_REFUSALS
 from ingest.debezium.position import LSN_LIMIT
 from ingest.errors import IngestError
 from ingest.sink import native
@@ -200,7 +201,7 @@ def decode_end(value: bytes | None) -> TransactionMarker | None:
     # thousands of ENDs a batch, and the calls were a sixth of the time
     try:
         end = _END.decode(value)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included; bad UTF-8
+    except MSGSPEC_REFUSALS:
         end = None
     collections = None if end is None else _SEEN_COLLECTIONS.get(bytes(end.data_collections))
     if end is None or collections is None:
@@ -253,7 +254,7 @@ def _typed_end(value: bytes) -> TransactionMarker | None:
     try:
         end = _END.decode(value)
         collections = _collections_of(bytes(end.data_collections))
-    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included; bad UTF-8
+    except MSGSPEC_REFUSALS:
         return None
     pg_id = _pg_id(end.id)
     return _new_marker(
@@ -273,8 +274,7 @@ def _collections_of(raw: bytes) -> tuple[tuple[str, int], ...]:
     """``data_collections`` as (name, count) pairs; the same tuple for the same text.
 
     Raises:
-        msgspec.DecodeError, UnicodeDecodeError: it is not a list of Debezium's collection
-            objects.
+        MSGSPEC_REFUSALS: it is not a list of Debezium's collection objects.
     """
     found = _SEEN_COLLECTIONS.get(raw)
     if found is None:
