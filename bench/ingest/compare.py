@@ -11,6 +11,12 @@ starts its own PostgreSQL, broker and Spark), and pools each side's rounds::
 
 Everything after ``--`` goes to ``bench.ingest.transactions`` on both sides; the other tree
 must have that module (any commit since it was added) and print its table of rounds.
+
+The worktree gets the package's C extension built in place (``setup.py build_ext``), as
+``dev/setup`` builds it here: without it, the other tree's code ran its Python loops where this
+one ran C (a comparison of builds, not of changes; runs 15-16 of ``bench/RESULTS.md``). Which
+loops each side runs (``ingest.sink.native.LOOPS``) is printed with the result, and sides that
+differ in it are refused.
 """
 
 from __future__ import annotations
@@ -149,6 +155,26 @@ def worktree(commit: str) -> Iterator[Path]:
                        capture_output=True)  # fmt: skip
 
 
+def build_extension(tree: Path) -> None:
+    """Build the tree's C extension in place, as an install would (trees without one: nothing)."""
+    if not (tree / "setup.py").exists():
+        return
+    done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"building the C extension in {tree} failed: {done.stderr[-2000:]}")
+
+
+def loops(tree: Path) -> str:
+    """Which loops ``tree``'s code runs: ``ingest.sink.native.LOOPS`` ("native", or "python:
+    <why>"); "python" for trees from before the extension."""
+    probe = "from ingest.sink import native; print(native.LOOPS)"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else "python"
+
+
 def run_bench(tree: Path, bench_args: Sequence[str]) -> str:
     """One ``bench.ingest.transactions`` run with ``tree``'s code; its report (stdout)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -158,6 +184,10 @@ def run_bench(tree: Path, bench_args: Sequence[str]) -> str:
         raise RuntimeError(f"the benchmark failed in {tree} (exit {done.returncode}): "
                            f"{done.stderr.strip()[-2000:]}")  # fmt: skip
     return done.stdout
+
+
+def _kind(loops_said: str) -> str:
+    return loops_said.split(":", maxsplit=1)[0]
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -173,6 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     here = Path(__file__).resolve().parents[2]
     runs: dict[str, list[list[Round]]] = {THIS: [], THAT: []}
     with worktree(args.against) as there:
+        build_extension(there)
+        sides = {THIS: loops(here), THAT: loops(there)}
+        print(f"loops: this tree {sides[THIS]}; {args.against} {sides[THAT]}", flush=True)
+        if _kind(sides[THIS]) != _kind(sides[THAT]):
+            raise SystemExit("the two trees run different loops (C and Python): build both")
         for side in turns(args.pairs):
             rounds = parse_rounds(run_bench(here if side == THIS else there, args.bench_args))
             runs[side].append(rounds)

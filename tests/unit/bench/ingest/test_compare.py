@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.ingest.compare import THAT, THIS, parse_rounds, pooled, report, turns, worktree
+from bench.ingest.compare import (
+    THAT,
+    THIS,
+    build_extension,
+    loops,
+    parse_rounds,
+    pooled,
+    report,
+    turns,
+    worktree,
+)
 from bench.ingest.transactions import Run
 from bench.ingest.transactions import report as bench_report
 from ingest.transactions import TransactionMode
@@ -75,3 +85,13 @@ def test_the_other_side_is_a_worktree_of_the_commit_removed_afterwards() -> None
     listed = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True,
                             check=True).stdout  # fmt: skip
     assert str(tree) not in listed
+
+
+def test_the_other_tree_runs_the_c_loops_this_one_runs() -> None:
+    """A fresh worktree has no build of the C extension: its code ran the Python loops while
+    this tree ran C, until the comparison built it there."""
+    here = loops(Path(__file__).resolve().parents[4])
+    with worktree("HEAD") as tree:
+        assert loops(tree).startswith("python: the C extension is not built")
+        build_extension(tree)
+        assert loops(tree) == here == "native"
