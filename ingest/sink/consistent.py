@@ -675,6 +675,21 @@ def _held_commit(
     )
 
 
+def files_after(
+    files: Sequence[tuple[str, DataFile]], commit: TableCommit
+) -> list[tuple[str, DataFile]]:
+    """A table's files (with their partitions) once ``commit`` landed on the version that has
+    ``files``, in the order a plan lists them: those it deletes (by path, as the committer
+    matches them) gone, those it adds after the rest of their partition."""
+    gone = {op.file.path for part in commit.partitions for op in part.ops
+            if op.action is FileAction.DELETE}  # fmt: skip
+    kept = [(desc, f) for desc, f in files if f.path not in gone]
+    added = [(part.partition_desc, op.file) for part in commit.partitions for op in part.ops
+             if op.action is FileAction.ADD]  # fmt: skip
+    order = {desc: at for at, desc in enumerate(sorted({d for d, _ in (*kept, *added)}))}
+    return sorted([*kept, *added], key=lambda pair: order[pair[0]])
+
+
 def _read(meta: TableMeta, files: Sequence[Any]) -> pa.Table:
     if not files:
         return HELD_SCHEMA.empty_table()
@@ -690,6 +705,7 @@ __all__ = [
     "TxnPolicy",
     "batch_ranges",
     "chunks_of",
+    "files_after",
     "load_book",
     "peek_next",
     "prepare_start",

@@ -91,6 +91,11 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     assert all(line["start_prepared"] for line in batches)
     # and every batch after the first took the tails peeked while the batch before ran
     assert all("peeked_ms" in line and "tails_ms" not in line for line in batches[1:])
+    # each batch after the first took the held files from the commit before (the restarted
+    # job's first asked the catalog): the invariants below hold with them
+    assert [line["held_files_from"] for line in batches] == ["catalog"] + ["last_commit"] * (
+        len(batches) - 1
+    )
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]
