@@ -491,7 +491,9 @@ class BatchSink:
         dissolved = _dissolved(plan.holding, reports)
         # dissolved: events of what the tasks were told to publish are written; the rest is in
         # the tasks' new held files, read back only for what the decision publishes beyond it
-        publish = [t for t in decision.publish if not dissolved or t not in plan.holding.publish]
+        publish = frozenset(decision.publish)
+        if dissolved:
+            publish -= plan.holding.publish
         release = release_held(
             plan.holding.held,
             self._bases[held_name],

@@ -218,11 +218,18 @@ class BatchTransactions:
     """The batch's first range (topic, partition, start): its task dissolves the held files."""
     cut: int | None = field(default=None)
     """How many candidates the tasks may write directly (None: all)."""
+    _published: tuple[int | None, frozenset[str]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def publish(self) -> frozenset[str]:
-        chosen = self.candidates if self.cut is None else self.candidates[: self.cut]
-        return frozenset(chosen) | self.settled
+        """The transactions whose events the tasks write directly: the candidates before
+        :attr:`cut`, and those published before (built once per cut: ~20,000 ids a batch)."""
+        if self._published is None or self._published[0] != self.cut:
+            chosen = self.candidates if self.cut is None else self.candidates[: self.cut]
+            self._published = (self.cut, frozenset(chosen) | self.settled)
+        return self._published[1]
 
     def decide(self, reports: Sequence[TaskReport]) -> Decision:
         """Take in what the tasks saw; raise :class:`CandidateNotPublished` if one of the

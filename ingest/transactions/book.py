@@ -454,12 +454,15 @@ class TransactionBook:
     def _complete_head(self, seen: Mapping[str, int]) -> int:
         """How many END-known transactions, from the first, are complete with ``seen`` added."""
         count = 0
+        get = seen.get
         for state in self.ended:
-            expected = state.expected
+            expected, total = state.expected, state.total
             if expected is None:
                 break
-            mask = state.seen | seen.get(state.id, 0)
-            if ranges.count_mask(mask, state.total) < expected:
+            mask = state.seen | get(state.id, 0)
+            if total is not None:  # ranges.count_mask inlined: ~20,000 states a batch
+                mask &= (2 << total) - 2
+            if mask.bit_count() < expected:
                 break
             count += 1
         return count
