@@ -41,7 +41,7 @@ from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import parse_options
 from ingest.kafka.schema import RANGE_SCHEMA, arrow_schema, range_batch, ranges_of
 from ingest.sink.plan import SinkPlan, SourceFormat
-from ingest.sink.report import TaskReport
+from ingest.sink.report import TaskReport, read_report
 from ingest.sink.task import DEAD_LETTER_SCHEMA, read_chunks, write_task
 
 T = TypeVar("T")
@@ -172,7 +172,7 @@ def _stages(
 def _run(batches: Sequence[pa.RecordBatch], plan: SinkPlan) -> TaskReport:
     out: Iterator[pa.RecordBatch] = write_task(iter(batches), plan)
     row = next(out)
-    return TaskReport.model_validate_json(row.column("report")[0].as_py())
+    return read_report(row.column("report")[0].as_py(), row.column("ranks")[0].as_py())
 
 
 def _dead_letter_meta(catalog: Catalog, name: str) -> TableMeta:

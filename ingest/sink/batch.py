@@ -82,17 +82,18 @@ from ingest.sink.held import COMPACTION_ENABLED, HELD_SCHEMA, chunks_of, held_ta
 from ingest.sink.plan import Holding, SinkPlan
 from ingest.sink.readahead import MarkerReadAhead
 from ingest.sink.report import (
+    REPORT_SCHEMA,
     NewTable,
     TaskReport,
     WrittenFile,
     merge_offsets,
+    read_report,
     topic_figures,
     total_counts,
 )
 from ingest.sink.tables import create_cdc_table, known_tables
 from ingest.sink.task import (
     DEAD_LETTER_SCHEMA,
-    REPORT_SCHEMA,
     widen_schema,
     write_chunks,
     write_task,
@@ -307,7 +308,7 @@ class BatchSink:
         started = time.monotonic()
         rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
         self._job_ms = round((time.monotonic() - started) * 1000)
-        reports = [TaskReport.model_validate_json(row["report"]) for row in rows]
+        reports = [read_report(row["report"], row["ranks"]) for row in rows]
         if self._txn is not None:
             reports.append(self._txn.marker_report)
         too_many = self.settings.config.dead_letter_guard.check(topic_figures(reports))

@@ -51,10 +51,10 @@ from ingest.sink.report import (
     TopicFigures,
     TxnRanks,
     WrittenFile,
+    report_row,
 )
 from ingest.transactions import is_transaction_topic
 
-REPORT_SCHEMA = "report string"
 DEAD_LETTER_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
     ("key", pa.binary()), ("value", pa.binary()), ("reason", pa.string()),
@@ -93,7 +93,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
         }
     )
     log.debug("task_written", records=report.records, files=len(report.files))
-    yield pa.RecordBatch.from_pydict({"report": [report.model_dump_json()]})
+    yield report_row(report)
 
 
 def _ranges_to_read(ranges: list[OffsetRange], plan: SinkPlan) -> list[OffsetRange]:

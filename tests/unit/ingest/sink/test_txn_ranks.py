@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest.sink.report import TaskReport, TxnRanks, merged_masks
+from ingest.sink.report import TaskReport, TxnRanks, merged_masks, read_report, report_row
 
 ids = st.sampled_from(["1", "2", "mysql-bin.000003:1234", "é\x00\"'\n", ""])
 #: Ranks start at 1; rank 63 is the widest that travels as uint64, 64 the narrowest wide one.
@@ -48,6 +48,19 @@ def test_a_task_may_report_an_id_more_than_once(pairs: list[tuple[str, int]]) ->
     assert merged_masks([back]) == expected
     assert dict(back.items()) == expected
     assert len(back) == len(expected)
+
+
+@given(st.lists(st.tuples(ids, ranks.map(lambda rs: sum(1 << r for r in rs))), max_size=12))
+def test_a_tasks_row_gives_the_driver_the_report_it_made(pairs: list[tuple[str, int]]) -> None:
+    """A task's row carries its packed ranks as bytes beside the report's JSON, not in it."""
+    made = TaskReport(
+        records=7, txn_ranks=TxnRanks.of_pairs([t for t, _ in pairs], [m for _, m in pairs])
+    )
+    row = report_row(made).to_pylist()[0]
+
+    assert read_report(row["report"], row["ranks"]) == made
+    assert read_report(row["report"], bytearray(row["ranks"])) == made  # as Spark collects it
+    assert TaskReport.model_validate_json(row["report"]).txn_ranks.packed == b""
 
 
 def test_only_masks_past_64_bits_travel_as_hex() -> None:
