@@ -628,7 +628,7 @@ def release_held(
     base_version: int,
     committed: Sequence[tuple[str, DataFile]],
     new_files: Sequence[WrittenFile],
-    publish: Iterable[str],
+    publish: frozenset[str],
     *,
     write_remainder: Any,
     dissolved: bool = False,
@@ -642,10 +642,9 @@ def release_held(
     ``dissolved``: a task read the committed files back (``Holding.dissolve``) and wrote or held
     again every event of them, so only ``new_files`` are read (and only when ``publish`` names
     anything), and the commit removes the committed files in any case."""
-    chosen = set(publish)
     readable = [] if dissolved else [f for _, f in committed]
-    rows = _read(meta, [*readable, *(w.file for w in new_files)] if chosen else [])
-    out, still = split_held(rows, chosen)
+    rows = _read(meta, [*readable, *(w.file for w in new_files)] if publish else [])
+    out, still = split_held(rows, publish)
     if out.num_rows == 0:
         if not (dissolved and committed):
             return HeldRelease(out, None)

@@ -422,6 +422,8 @@ def chunks_of(rows: pa.Table) -> list[RecordChunk]:
 
 def split_held(rows: pa.Table, publish: Iterable[str]) -> tuple[pa.Table, pa.Table]:
     """Held rows split into (those of the transactions to publish, those still held)."""
-    chosen = pa.array(sorted(set(publish)), pa.string())
+    if rows.num_rows == 0:
+        return rows, rows
+    chosen = pa.array(list(publish), pa.string())  # is_in hashes it: no order, repeats harmless
     mask = pc.is_in(rows.column("txn_id"), value_set=chosen)
     return rows.filter(mask), rows.filter(pc.invert(mask))

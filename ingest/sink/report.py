@@ -157,6 +157,7 @@ def _pack(ids: list[str], masks: list[int]) -> bytes:
 #: bytes beside it. In the JSON they were base64 (a third larger), encoded by every task and
 #: decoded by the driver before its decision: ~9 ms of a benchmark batch's critical path.
 REPORT_SCHEMA = "report string, ranks binary"
+_REPORT_ROW = pa.schema([("report", pa.string()), ("ranks", pa.binary())])
 
 
 def report_row(report: TaskReport) -> pa.RecordBatch:
@@ -164,7 +165,7 @@ def report_row(report: TaskReport) -> pa.RecordBatch:
     text = report.model_dump_json(exclude={"txn_ranks": {"packed"}})
     return pa.RecordBatch.from_pydict(
         {"report": [text], "ranks": [report.txn_ranks.packed]},
-        schema=pa.schema([("report", pa.string()), ("ranks", pa.binary())]),
+        schema=_REPORT_ROW,
     )
 
 
