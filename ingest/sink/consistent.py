@@ -68,12 +68,20 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
 from ingest.sink.readahead import MarkerReadAhead, read_records
-from ingest.sink.report import TaskReport, TopicFigures, WrittenFile, merged_masks
+from ingest.sink.report import (
+    TaskReport,
+    TopicFigures,
+    TxnRanks,
+    WrittenFile,
+    merged_masks,
+    merged_union,
+)
 from ingest.transactions.book import (
     Decision,
     PartitionTail,
     TransactionBook,
 )
+from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     TransactionMarker,
@@ -218,6 +226,9 @@ class BatchTransactions:
     """The batch's first range (topic, partition, start): its task dissolves the held files."""
     cut: int | None = field(default=None)
     """How many candidates the tasks may write directly (None: all)."""
+    columns: EndedColumns | None = None
+    """The book's END-known transactions as columns, for the decision's complete head (built
+    with the batch's start, before its tasks: see :mod:`ingest.transactions.head`)."""
     _published: tuple[int | None, frozenset[str]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -235,17 +246,37 @@ class BatchTransactions:
         """Take in what the tasks saw; raise :class:`CandidateNotPublished` if one of the
         transactions written directly is not published (the batch is written again)."""
         policy = self.policy
-        decision, after = self.book.settle(
-            merged_ranks(reports), self.now, policy.max_hold_s, policy.on_timeout
+        head, rest = self._complete_head([r.txn_ranks for r in reports])
+        decision, after = self.book.settle_head(
+            head, rest, self.now, policy.max_hold_s, policy.on_timeout
         )
-        published = set(decision.publish)
         direct = self.candidates if self.cut is None else self.candidates[: self.cut]
-        for i, txn in enumerate(direct):
-            if txn not in published:
-                self.cut = i
-                raise CandidateNotPublished(txn)
+        if decision.publish[: len(direct)] != direct:  # candidates are commit order's first
+            published = set(decision.publish)
+            for i, txn in enumerate(direct):
+                if txn not in published:
+                    self.cut = i
+                    raise CandidateNotPublished(txn)
         self.decision, self.after = decision, after
         return decision
+
+    def _complete_head(self, ranks: Sequence[TxnRanks]) -> tuple[int, dict[str, int]]:
+        """How many END-known transactions, from the first, the tasks' ranks complete, and
+        the ranks of every other transaction (:meth:`TransactionBook.settle_head`): counted
+        in columns where they were built for this book and no mask is wider than 64 bits."""
+        book, columns = self.book, self.columns
+        if columns is None or columns.states is not book.ended or any(r.wide_ids for r in ranks):
+            seen = merged_masks(ranks)
+            head = book.complete_head(seen)
+            taken = {t.id for t in book.ended[:head]}
+            return head, {txn: mask for txn, mask in seen.items() if txn not in taken}
+        head, rest = columns.split(*merged_union(ranks))
+        if head == len(columns) < len(book.ended):  # past the columns: the book's own loop
+            more = book.complete_head(rest, start=head)
+            for state in book.ended[head:more]:
+                rest.pop(state.id, None)
+            head = more
+        return head, rest
 
     def job_state(self) -> dict[str, object]:
         assert self.after is not None
@@ -321,7 +352,7 @@ def _start(
             tails, timings["peeked_ms"] = peeked.tails, peeked.peeked_ms
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
-    return BatchTransactions(
+    txn = BatchTransactions(
         book,
         policy,
         now,
@@ -333,7 +364,10 @@ def _start(
         markers_read_ahead=read_ahead,
         owner=first_range(ranges),
         timings=timings,
+        columns=EndedColumns.of(book.ended),
     )
+    _ = txn.publish  # built here, before the batch's tasks: their plan ships it
+    return txn
 
 
 @dataclass(frozen=True)
@@ -358,7 +392,9 @@ class PreparedStart:
     def adopted(self) -> BatchTransactions:
         """The batch's transaction state, timed from now (the decision's ``now``)."""
         timings = {**self.txn.timings, "prepared_ms": self.prepared_ms}
-        return replace(self.txn, now=time.time(), timings=timings)
+        adopted = replace(self.txn, now=time.time(), timings=timings)
+        adopted._published = self.txn._published  # the publish set built with it
+        return adopted
 
 
 @dataclass(frozen=True)

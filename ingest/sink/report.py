@@ -180,20 +180,27 @@ def read_report(text: str, ranks: bytes | bytearray | None) -> TaskReport:
 
 def merged_masks(ranks: Iterable[TxnRanks]) -> dict[str, int]:
     """Per transaction, the union of the masks of every report (a rank two tasks saw counts
-    once). The packed columns of all reports are merged in Arrow and numpy: ids encoded to
-    codes once, masks or-ed per code; only the wide masks go through a Python loop."""
+    once): :func:`merged_union` of the packed columns, and the wide masks in a Python loop."""
     reports = list(ranks)
-    narrow = pa.concat_tables([_RANKS_SCHEMA.empty_table(), *(r.narrow() for r in reports)])
-    seen: dict[str, int] = {}
-    if narrow.num_rows:
-        encoded = pc.dictionary_encode(narrow["id"]).combine_chunks()
-        union = np.zeros(len(encoded.dictionary), np.uint64)
-        np.bitwise_or.at(union, encoded.indices.to_numpy(), narrow["mask"].to_numpy())
-        seen = dict(zip(encoded.dictionary.to_pylist(), union.tolist(), strict=True))
+    ids, union = merged_union(reports)
+    seen = dict(zip(ids.to_pylist(), union.tolist(), strict=True))
     for report in reports:
         for txn, mask in report.wide():
             seen[txn] = seen.get(txn, 0) | mask
     return seen
+
+
+def merged_union(ranks: Iterable[TxnRanks]) -> tuple[pa.Array, np.ndarray]:
+    """The packed columns of every report merged: each transaction id once, and the union of
+    its masks (uint64) beside it. Ids are encoded to codes once in Arrow, masks or-ed per code
+    in numpy. The wide masks are not in it (:func:`merged_masks` adds them)."""
+    narrow = pa.concat_tables([_RANKS_SCHEMA.empty_table(), *(r.narrow() for r in ranks)])
+    if not narrow.num_rows:
+        return pa.array([], pa.string()), np.zeros(0, np.uint64)
+    encoded = pc.dictionary_encode(narrow["id"]).combine_chunks()
+    union = np.zeros(len(encoded.dictionary), np.uint64)
+    np.bitwise_or.at(union, encoded.indices.to_numpy(), narrow["mask"].to_numpy())
+    return encoded.dictionary, union
 
 
 class TaskReport(_Model):

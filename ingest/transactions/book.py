@@ -429,16 +429,30 @@ class TransactionBook:
         the head of commit order, and the three steps built two states and three dictionaries
         for each (~45 ms of a batch of 20,000 transactions). Here that complete head is counted
         off first, without new states, and the three steps run on what is left."""
-        head = self._complete_head(seen)
+        head = self.complete_head(seen)
+        taken = {t.id for t in self.ended[:head]}
+        rest = {txn: mask for txn, mask in seen.items() if txn not in taken}
+        return self.settle_head(head, rest, now, max_hold, on_timeout)
+
+    def settle_head(
+        self,
+        head: int,
+        rest: Mapping[str, int],
+        now: float,
+        max_hold: float,
+        on_timeout: OnTimeout,
+    ) -> tuple[Decision, TransactionBook]:
+        """:meth:`settle` for a caller that counted the complete head itself: ``head`` is
+        :meth:`complete_head` of the batch's ranks, ``rest`` the ranks of every transaction
+        but those ``head`` END-known ones (``ingest.transactions.head`` counts it in columns)."""
         if not head:
-            book = self.add_events(_ranks_only(seen), now)
+            book = self.add_events(_ranks_only(rest), now)
             decision = book.decide(now, max_hold, on_timeout)
             return decision, book.apply(decision)
         states = self.ended[:head]
         head_ids = tuple([t.id for t in states])
-        taken = frozenset(head_ids)
-        rest = replace(self, ended=self.ended[head:], frontier=_prefix_point(states, self.frontier))
-        book = rest.add_events(_ranks_only(seen, leave_out=taken), now)
+        tail = replace(self, ended=self.ended[head:], frontier=_prefix_point(states, self.frontier))
+        book = tail.add_events(_ranks_only(rest), now)
         decision = book.decide(now, max_hold, on_timeout)
         after = replace(book, recent=()).apply(decision)
         # apply() lists the late transactions it forgets first, then those of commit order
@@ -451,11 +465,12 @@ class TransactionBook:
             replace(after, recent=recent[-RECENT_LIMIT:]),
         )
 
-    def _complete_head(self, seen: Mapping[str, int]) -> int:
-        """How many END-known transactions, from the first, are complete with ``seen`` added."""
-        count = 0
+    def complete_head(self, seen: Mapping[str, int], start: int = 0) -> int:
+        """How many END-known transactions, from the first, are complete with ``seen`` added;
+        ``start``: the first ``start`` of them are known to be."""
+        count = start
         get = seen.get
-        for state in self.ended:
+        for state in self.ended[start:]:
             expected, total = state.expected, state.total
             if expected is None:
                 break
@@ -638,10 +653,8 @@ def _ended(
     )
 
 
-def _ranks_only(
-    seen: Mapping[str, int], leave_out: frozenset[str] = frozenset()
-) -> dict[str, TxnEvents]:
-    return {txn: TxnEvents(mask) for txn, mask in seen.items() if txn not in leave_out}
+def _ranks_only(seen: Mapping[str, int]) -> dict[str, TxnEvents]:
+    return {txn: TxnEvents(mask) for txn, mask in seen.items()}
 
 
 def _prefix_point(states: tuple[TxnState, ...], before: Point | None) -> Point:
