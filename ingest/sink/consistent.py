@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +68,7 @@ from ingest.kafka.offsets import from_json as offsets_from_json
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
+from ingest.sink.plan import ShippedIds
 from ingest.sink.readahead import MarkerReadAhead, read_records
 from ingest.sink.report import (
     TaskReport,
@@ -229,17 +231,17 @@ class BatchTransactions:
     columns: EndedColumns | None = None
     """The book's END-known transactions as columns, for the decision's complete head (built
     with the batch's start, before its tasks: see :mod:`ingest.transactions.head`)."""
-    _published: tuple[int | None, frozenset[str]] | None = field(
+    _published: tuple[int | None, ShippedIds] | None = field(
         default=None, init=False, repr=False, compare=False
     )
 
     @property
-    def publish(self) -> frozenset[str]:
+    def publish(self) -> ShippedIds:
         """The transactions whose events the tasks write directly: the candidates before
         :attr:`cut`, and those published before (built once per cut: ~20,000 ids a batch)."""
         if self._published is None or self._published[0] != self.cut:
             chosen = self.candidates if self.cut is None else self.candidates[: self.cut]
-            self._published = (self.cut, frozenset(chosen) | self.settled)
+            self._published = (self.cut, ShippedIds(chain(chosen, self.settled)))
         return self._published[1]
 
     def decide(self, reports: Sequence[TaskReport]) -> Decision:
