@@ -35,7 +35,7 @@ import datetime as dt
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 from pydantic import BeforeValidator, PlainSerializer, TypeAdapter, ValidationError
 
@@ -126,12 +126,13 @@ class TxnEvents:
         return ranges.from_mask(self.ranks)
 
 
-@dataclass(slots=True)
-class TxnState:
+class TxnState(NamedTuple):
     """One transaction not yet published whole: held, or published incomplete (late).
 
-    Never changed once built (:meth:`see` and :meth:`end` return new states), but not a frozen
-    dataclass: building one took a microsecond more, for tens of thousands per batch."""
+    A named tuple (:meth:`see` and :meth:`end` return new states): a batch builds one for each
+    of its tens of thousands of END markers, and building a dataclass (its ``__init__`` a
+    Python call) was most of :meth:`TransactionBook.add_markers`; a tuple is built in C
+    (:data:`_new_state`). Stored as an object of its fields (:data:`_StoredState`)."""
 
     id: str
     first_seen: float
@@ -160,27 +161,13 @@ class TxnState:
             self.expected is not None and ranges.count_mask(self.seen, self.total) >= self.expected
         )
 
-    # see() and end() build the next state by hand: dataclasses.replace was most of the book's
-    # time per batch (tens of thousands of transactions per batch).
-
     def see(self, events: TxnEvents) -> TxnState:
         position, ts_ms = self.max_position, self.max_ts_ms
         if events.max_position is not None or events.max_ts_ms is not None:
             position = _max(position, events.max_position)
             ts_ms = _max(ts_ms, events.max_ts_ms)
-        return TxnState(
-            self.id,
-            self.first_seen,
-            self.seen | events.ranks,
-            self.ended,
-            self.total,
-            self.expected,
-            self.touched,
-            self.ts_ms,
-            self.end_position,
-            position,
-            ts_ms,
-        )
+        fields = (*self[:2], self.seen | events.ranks, *self[3:9], position, ts_ms)
+        return _new_state(TxnState, fields)
 
     def end(self, marker: TransactionMarker, collections: frozenset[str] | None) -> TxnState:
         return _ended(
@@ -191,6 +178,21 @@ class TxnState:
             max_position=self.max_position,
             max_ts_ms=self.max_ts_ms,
         )
+
+
+#: A state built from its fields in C, without the named tuple's ``__new__`` (a Python call).
+_new_state = tuple.__new__
+
+
+def _state_to_store(state: TxnState) -> dict[str, Any]:
+    stored = state._asdict()
+    stored["seen"] = _ranges_to_store(state.seen)
+    return stored
+
+
+#: A state in a stored book: an object of its fields (as when it was a dataclass), its ranks
+#: as ``[lo, hi]`` pairs; read back from that object.
+_StoredState = Annotated[TxnState, PlainSerializer(_state_to_store, return_type=dict[str, Any])]
 
 
 @dataclass(frozen=True)
@@ -275,11 +277,11 @@ class PartitionTail:
 class TransactionBook:
     """The job's transaction bookkeeping between two commits (see the module docstring)."""
 
-    ended: tuple[TxnState, ...] = ()
+    ended: tuple[_StoredState, ...] = ()
     """END known, not published: commit order."""
-    open: tuple[TxnState, ...] = ()
+    open: tuple[_StoredState, ...] = ()
     """Events seen, no END yet: order first seen."""
-    late: tuple[TxnState, ...] = ()
+    late: tuple[_StoredState, ...] = ()
     """Published incomplete, still missing events."""
     recent: tuple[str, ...] = ()
     """The last published complete transactions (oldest first)."""
@@ -301,16 +303,22 @@ class TransactionBook:
         known = {t.id for t in self.ended} | set(self.recent)
         shapes: dict[tuple[tuple[str, int], ...], _Shape] = {}
         for marker in markers:
-            if marker.status is not MarkerStatus.END or marker.id in known:
+            status, txn, count, collections, ts_ms, position = marker
+            if status is not MarkerStatus.END or txn in known:
                 continue
-            if marker.id in late:
-                late[marker.id] = late[marker.id].end(marker, wanted)
+            if txn in late:
+                late[txn] = late[txn].end(marker, wanted)
                 continue
-            state = open_.pop(marker.id, None)
-            ended.append(
-                _ended(marker, wanted, now, shapes) if state is None else state.end(marker, wanted)
-            )
-            known.add(marker.id)
+            known.add(txn)
+            state = open_.pop(txn, None)
+            shape = shapes.get(collections)
+            if state is not None:
+                ended.append(state.end(marker, wanted))
+            elif shape is None:
+                ended.append(_ended(marker, wanted, now, shapes))
+            else:  # _ended inlined for the common END: tens of thousands a batch
+                fields = (txn, now, 0, True, count, *shape, ts_ms, position, None, None)
+                ended.append(_new_state(TxnState, fields))
         return replace(
             self, ended=tuple(ended), open=tuple(open_.values()), late=tuple(late.values())
         )
@@ -638,19 +646,8 @@ def _ended(
         shape = (marker.count_for(collections), tuple([name for name, _ in marker.collections]))
         if shapes is not None and collections is not None and marker.collections:
             shapes[marker.collections] = shape  # otherwise the count is the marker's own
-    return TxnState(
-        marker.id,
-        first_seen,
-        seen,
-        True,
-        marker.event_count,
-        shape[0],
-        shape[1],
-        marker.ts_ms,
-        marker.position,
-        max_position,
-        max_ts_ms,
-    )
+    fields = (marker.id, first_seen, seen, True, marker.event_count, *shape, marker.ts_ms)
+    return _new_state(TxnState, (*fields, marker.position, max_position, max_ts_ms))
 
 
 def _ranks_only(seen: Mapping[str, int]) -> dict[str, TxnEvents]:

@@ -189,6 +189,29 @@ def test_a_stored_book_of_another_format_is_refused() -> None:
         TransactionBook.from_json({"format": 1, "ended": "nonsense"})
 
 
+def test_a_stored_state_is_an_object_of_its_fields() -> None:
+    """The stored form jobs' catalogs already hold (format 1): a state is an object, whatever
+    the class is in memory, and a stored one is read back into the same state."""
+    book = TransactionBook().add_markers([end("T1", 2, ("public.a", 2), ts_ms=5)], now=10)
+    stored = json.loads(json.dumps(book.to_json()))
+    assert stored["ended"] == [
+        {
+            "id": "T1",
+            "first_seen": 10,
+            "seen": [],
+            "ended": True,
+            "total": 2,
+            "expected": 2,
+            "touched": ["public.a"],
+            "ts_ms": 5,
+            "end_position": None,
+            "max_position": None,
+            "max_ts_ms": None,
+        }
+    ]
+    assert TransactionBook.from_json(stored) == book
+
+
 @pytest.mark.parametrize("bad", [[[1]], [[3, 2]], [[1, 2**40]], 7, [[1, "2"]]])
 def test_stored_ranks_are_ranges_and_bounded(bad: object) -> None:
     """Ranks live as masks in memory but are stored as ranges: a stored range is read back
