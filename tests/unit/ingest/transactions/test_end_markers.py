@@ -36,7 +36,9 @@ COUNTS = st.one_of(
 )
 COLLECTION = st.fixed_dictionaries(
     {
-        "data_collection": st.sampled_from(["public.t0", "public.t1", "s.é", ""]),
+        "data_collection": st.sampled_from(
+            ["public.t0", "public.t1", "s.é", "", 'a"]b', "a\\", '\\"', 'x\\\\"]']
+        ),
         "event_count": COUNTS,
     }
 )
@@ -171,6 +173,8 @@ def test_the_c_loop_reads_every_record_as_decode_end_does(
         b'{"status":"END","id":"1","event_count":1,}',
         b'{"status":"END","id":"1","event_count":1,"data_collections":[{"x":"]"}]}',
         b'{"status":"END","id":"1","event_count":1,"data_collections":[{"x":"\\"]"}]}',
+        b'{"status":"END","id":"1","event_count":1,"data_collections":[{"x":"\\\\"},"]"]}',
+        b'{"status":"END","id":"1","event_count":1,"data_collections":[{"x":"\\\\\\"]"}]}',
         b'{"status":"END","id":"1","event_count":1,"data_collections":[}',
         b'{"status":"END","id":"1","event_count":1,"data_collections":["\\',
         b'{"status":"BEGIN","id":"1"',
