@@ -166,6 +166,7 @@ class TxnState(NamedTuple):
         if events.max_position is not None or events.max_ts_ms is not None:
             position = _max(position, events.max_position)
             ts_ms = _max(ts_ms, events.max_ts_ms)
+        # id and first_seen; seen; ended .. end_position as they are; the newest position
         fields = (*self[:2], self.seen | events.ranks, *self[3:9], position, ts_ms)
         return _new_state(TxnState, fields)
 
