@@ -268,10 +268,7 @@ class BatchTransactions:
         in columns where they were built for this book and no mask is wider than 64 bits."""
         book, columns = self.book, self.columns
         if columns is None or columns.states is not book.ended or any(r.wide_ids for r in ranks):
-            seen = merged_masks(ranks)
-            head = book.complete_head(seen)
-            taken = {t.id for t in book.ended[:head]}
-            return head, {txn: mask for txn, mask in seen.items() if txn not in taken}
+            return book.split_head(merged_masks(ranks))
         head, rest = columns.split(*merged_union(ranks))
         if head == len(columns) < len(book.ended):  # past the columns: the book's own loop
             more = book.complete_head(rest, start=head)
