@@ -88,7 +88,7 @@ def profile_task(
     started = time.process_time()
     count = sum(len(chunk) for chunk in read_chunks([rng], options))
     read_seconds = time.process_time() - started
-    batches = [range_batch(rng, arrow_schema(RANGE_SCHEMA))]
+    batches = [range_batch([rng], arrow_schema(RANGE_SCHEMA))]
     plan = SinkPlan(
         source_format=SourceFormat.DEBEZIUM,
         decoder=decoder,

@@ -9,7 +9,7 @@ as ``startingOffsets``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -119,3 +119,25 @@ def plan_ranges(
         if begin < end[pid]:
             ranges.append(OffsetRange(pid.topic, pid.partition, begin, end[pid]))
     return ranges
+
+
+def group_ranges(
+    ranges: Sequence[OffsetRange], rides: Callable[[str], bool]
+) -> list[tuple[OffsetRange, ...]]:
+    """The ranges of a batch as its input partitions: one per range, except that the ranges of
+    topics ``rides`` names share the partition of the smallest other range (the first of equal
+    ones) instead of taking one of their own; when every range is of such topics, they make one
+    partition together.
+
+    Why: a sink that reads those topics elsewhere (the transaction topic, which a
+    ``transactions: consistent`` driver reads itself) would otherwise get a task per batch that
+    does nothing, and on a small cluster it runs alone at the end of the batch's job."""
+    riding = [rng for rng in ranges if rides(rng.topic)]
+    own: list[tuple[OffsetRange, ...]] = [(rng,) for rng in ranges if not rides(rng.topic)]
+    if not riding:
+        return own
+    if not own:
+        return [tuple(riding)]
+    smallest = min(range(len(own)), key=lambda i: own[i][0].size)
+    own[smallest] = (*own[smallest], *riding)
+    return own

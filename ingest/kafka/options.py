@@ -3,8 +3,9 @@
 The names follow Spark's built-in Kafka source (``subscribe``, ``subscribePattern``,
 ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``,
 ``kafkaConsumer.pollTimeoutMs`` and ``kafka.*``), so a job can move between the two by changing
-the format name; ``emit``, ``brokerOutageBudgetMs`` and ``logLevel`` are lakestream's own (see
-:class:`Emit`, :mod:`ingest.kafka.outage` and :mod:`ingest.logs`). Spark hands options over
+the format name; ``emit``, ``brokerOutageBudgetMs``, ``logLevel`` and ``sharedTaskPattern`` are
+lakestream's own (see :class:`Emit`, :mod:`ingest.kafka.outage`, :mod:`ingest.logs` and
+:func:`ingest.kafka.offsets.group_ranges`). Spark hands options over
 case-insensitively with lower-cased keys; unknown options are refused, because a misspelt
 ``startingOffsets`` would otherwise silently read from the default position.
 """
@@ -32,6 +33,7 @@ POLL_TIMEOUT_MS = "kafkaConsumer.pollTimeoutMs"
 EMIT = "emit"
 BROKER_OUTAGE_BUDGET_MS = "brokerOutageBudgetMs"
 LOG_LEVEL = "logLevel"
+SHARED_TASK_PATTERN = "sharedTaskPattern"
 KAFKA_PREFIX = "kafka."
 
 _OWN_OPTIONS = (
@@ -45,6 +47,7 @@ _OWN_OPTIONS = (
     EMIT,
     BROKER_OUTAGE_BUDGET_MS,
     LOG_LEVEL,
+    SHARED_TASK_PATTERN,
 )
 _BY_LOWER = {name.lower(): name for name in _OWN_OPTIONS}
 
@@ -107,6 +110,14 @@ class SourceOptions:
     """How long the driver's broker queries wait out a broker outage before the query fails."""
     log_level: str | None = None
     """Set: the source process logs lakestream's lines (JSON, this level) on the job's behalf."""
+    shared_task_pattern: str | None = None
+    """Topics (a regex, whole names) whose ranges share another range's input partition instead
+    of taking one of their own (:func:`~ingest.kafka.offsets.group_ranges`)."""
+
+    def shares_task(self, topic: str) -> bool:
+        """Whether ``topic``'s ranges ride in another range's input partition."""
+        pattern = self.shared_task_pattern
+        return pattern is not None and re.fullmatch(pattern, topic) is not None
 
     def redacted_kafka_config(self) -> dict[str, str]:
         """The librdkafka settings with secret values masked, for logs and error messages."""
@@ -149,6 +160,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         emit=_emit(own.get(EMIT, Emit.RECORDS.value)),
         broker_outage_budget_s=_budget_s(own),
         log_level=_log_level(own.get(LOG_LEVEL)),
+        shared_task_pattern=_pattern(own, SHARED_TASK_PATTERN),
     )
 
 
@@ -169,16 +181,22 @@ def _subscription(own: Mapping[str, str]) -> Subscription:
     if (topics_raw is None) == (pattern is None):
         raise KafkaOptionError(SUBSCRIBE, f"set exactly one of {SUBSCRIBE} and {SUBSCRIBE_PATTERN}")
     if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise KafkaOptionError(SUBSCRIBE_PATTERN, f"not a valid regex: {exc}") from exc
-        return Subscription(pattern=pattern)
+        return Subscription(pattern=_pattern(own, SUBSCRIBE_PATTERN))
     assert topics_raw is not None
     topics = tuple(dict.fromkeys(t.strip() for t in topics_raw.split(",") if t.strip()))
     if not topics:
         raise KafkaOptionError(SUBSCRIBE, "names no topic")
     return Subscription(topics=topics)
+
+
+def _pattern(own: Mapping[str, str], name: str) -> str | None:
+    pattern = own.get(name)
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise KafkaOptionError(name, f"not a valid regex: {exc}") from exc
+    return pattern
 
 
 def _starting(raw: str) -> StartingSpec:

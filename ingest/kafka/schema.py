@@ -73,11 +73,11 @@ def source_schema(include_headers: bool, ranges: bool) -> StructType:
     return RANGE_SCHEMA if ranges else kafka_schema(include_headers)
 
 
-def range_batch(rng: OffsetRange, target: pa.Schema) -> pa.RecordBatch:
-    """The one-row batch of ``emit=ranges`` for a planned range."""
+def range_batch(ranges: Sequence[OffsetRange], target: pa.Schema) -> pa.RecordBatch:
+    """The batch of ``emit=ranges`` for an input partition's planned ranges, a row each."""
     return pa.RecordBatch.from_pylist(
         [{"topic": rng.topic, "partition": rng.partition, "startOffset": rng.start,
-          "endOffset": rng.end}],
+          "endOffset": rng.end} for rng in ranges],
         schema=target,
     )  # fmt: skip
 

@@ -15,7 +15,9 @@ How a micro-batch is made:
 * each partition's ``[start, end)`` becomes one Spark input partition, read on an executor by
   :func:`ingest.kafka.reader.read_range` into Arrow batches - or, with ``emit=ranges``, handed on
   as one row naming the range for the sink's own task to read (the records then never cross
-  into the JVM and back);
+  into the JVM and back). Ranges of topics matching ``sharedTaskPattern`` share the input
+  partition of another range instead (:func:`~ingest.kafka.offsets.group_ranges`): the ingest
+  job in ``transactions: consistent`` names the transaction topic, which its driver reads;
 * offsets live in Spark's checkpoint (and, with each commit, in the catalog); the source never
   commits consumer-group offsets;
 * a broker outage is waited out by the driver's queries within ``brokerOutageBudgetMs`` (one
@@ -27,6 +29,7 @@ How a micro-batch is made:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -45,10 +48,12 @@ from ingest.kafka.brokerview import BrokerView
 from ingest.kafka.errors import DataLossError, KafkaOptionError
 from ingest.kafka.offsets import (
     EARLIEST,
+    OffsetRange,
     Offsets,
     OffsetsJson,
     PartitionId,
     from_json,
+    group_ranges,
     next_end,
     plan_ranges,
     to_json,
@@ -159,13 +164,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._earliest_of([pid])[pid]
 
         ranges = plan_ranges(from_json(start), from_json(end), earliest)
-        return [InputPartition(rng) for rng in ranges]
+        return [InputPartition(group) for group in group_ranges(ranges, self._settings.shares_task)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of a partition's ranges (one range, or a range and those sharing its task)."""
         target = arrow_schema(self._schema)
+        ranges: tuple[OffsetRange, ...] = partition.value
         if self._settings.emit is Emit.RANGES:
-            return iter([range_batch(partition.value, target)])
-        return read_range(partition.value, self._settings, target)
+            return iter([range_batch(ranges, target)])
+        return chain.from_iterable(read_range(rng, self._settings, target) for rng in ranges)
 
     def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
         _log().debug("kafka source batch done", end=end)

@@ -41,10 +41,13 @@ __all__ = [
     "decode_marker",
     "is_transaction_topic",
     "normalise_id",
+    "TRANSACTION_TOPIC_PATTERN",
     "transaction_ref",
 ]
 
 _TOPIC_SUFFIX = ".transaction"
+#: :func:`is_transaction_topic` as a regex matched against whole names (a source option).
+TRANSACTION_TOPIC_PATTERN = r".+\.transaction"
 #: A BEGIN marker as Debezium writes it without a schema envelope: half of the transaction
 #: topic, read by the driver, and the book ignores BEGIN markers: passed over unparsed.
 _BEGIN_PREFIX = b'{"status":"BEGIN","id":"'

@@ -213,6 +213,54 @@ def test_emit_ranges_hands_out_ranges_that_read_every_record_exactly_once(
     assert read == _expected(deliveries)
 
 
+@dataclass
+class Partitioned:
+    """Per micro-batch, the rows of each of its Spark partitions (one task each)."""
+
+    batches: list[list[list[Row]]] = field(default_factory=list)
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        parts = frame.rdd.glom().collect()
+        if any(parts):
+            self.batches.append(parts)
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["records", "ranges"])
+def test_a_shared_task_topic_rides_in_another_ranges_partition(
+    source: SparkSession, kafka: KafkaTestHelper, tmp_path: Path, records: bool
+) -> None:
+    data, side = kafka.topic(partitions=3), kafka.topic(partitions=1)
+    deliveries = [
+        *kafka.produce(data, _keyed(0, 90)),
+        *kafka.produce(side, _keyed(1000, 40), partition=0),
+    ]
+    options = _options(
+        kafka, subscribe=f"{data},{side}", startingOffsets="earliest",
+        sharedTaskPattern=re.escape(side), emit="records" if records else "ranges",
+    )  # fmt: skip
+    sink = Partitioned()
+    query = _start(source, options, tmp_path / "cp", sink)
+    try:
+        assert query.awaitTermination(_QUERY_TIMEOUT_S), "AvailableNow query did not finish"
+    finally:
+        query.stop()
+
+    (parts,) = sink.batches
+    assert len(parts) == 3, "one task per data partition, none of the shared topic's own"
+    topics = [sorted({r.topic for r in part}) for part in parts]
+    assert sorted(topics, key=len) == [[data], [data], sorted([data, side])]
+    if records:  # every record once, the side topic's in the task it shares
+        got = sorted((r.topic, r.partition, r.offset, r.value) for p in parts for r in p)
+        assert got == sorted((d.topic, d.partition, d.offset, d.value) for d in deliveries)
+    else:  # a row per range: the three data ranges and the side topic's, each whole
+        ends: dict[tuple[str, int], int] = {}
+        for d in deliveries:
+            ends[(d.topic, d.partition)] = max(ends.get((d.topic, d.partition), 0), d.offset + 1)
+        rows = [r for part in parts for r in part]
+        got_ends = {(r.topic, r.partition): r.endOffset for r in rows}
+        assert len(rows) == 4 and got_ends == ends
+
+
 def test_offset_gaps_from_transaction_markers_end_ranges_correctly(
     source: SparkSession, kafka: KafkaTestHelper, tmp_path: Path
 ) -> None:
@@ -290,6 +338,10 @@ def test_with_fail_on_data_loss_off_a_reset_partition_is_read_from_earliest(
             "set by the source itself",
         ),
         ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "emit": "rows"}, "emit"),
+        (
+            {"kafka.bootstrap.servers": "x:1", "subscribe": "t", "sharedTaskPattern": "(x"},
+            "sharedTaskPattern.*not a valid regex",
+        ),
     ],
     ids=[
         "no-bootstrap",
@@ -299,6 +351,7 @@ def test_with_fail_on_data_loss_off_a_reset_partition_is_read_from_earliest(
         "bad-json",
         "managed",
         "bad-emit",
+        "bad-shared-task-pattern",
     ],
 )
 def test_bad_options_fail_at_load(

@@ -18,6 +18,7 @@ from ingest.kafka.offsets import (
     PartitionId,
     allocate,
     from_json,
+    group_ranges,
     next_end,
     plan_ranges,
     to_json,
@@ -142,6 +143,45 @@ def test_plan_ranges_reads_new_or_reset_partitions_from_earliest() -> None:
         OffsetRange("b", 0, 1, 3),
     ]
     assert plan_ranges({A0: 5}, {A0: 5}, earliest=lambda pid: 0) == []
+
+
+_RANGE = st.builds(
+    OffsetRange,
+    st.sampled_from(["a", "b", "s.transaction"]),
+    st.integers(0, 3),
+    st.just(0),
+    st.integers(1, 50),
+)
+
+
+@given(st.lists(_RANGE, max_size=8, unique_by=lambda r: (r.topic, r.partition)))
+def test_ranges_of_shared_task_topics_ride_with_the_smallest_other_range(
+    ranges: list[OffsetRange],
+) -> None:
+    groups = group_ranges(ranges, lambda topic: topic.endswith(".transaction"))
+
+    flat = [rng for group in groups for rng in group]
+    assert sorted(flat, key=repr) == sorted(ranges, key=repr), "every range exactly once"
+    own = [rng for rng in ranges if not rng.topic.endswith(".transaction")]
+    riding = [rng for rng in ranges if rng.topic.endswith(".transaction")]
+    if not own:
+        assert groups == ([tuple(riding)] if riding else [])
+        return
+    assert [group[0] for group in groups] == own, "a partition per other range, in order"
+    host = next(group for group in groups if len(group) > 1) if riding else None
+    if host is not None:
+        assert host[0].size == min(rng.size for rng in own)
+        assert list(host[1:]) == riding
+
+
+def test_options_name_shared_task_topics_by_a_whole_name_regex() -> None:
+    base = {"kafka.bootstrap.servers": "h:9092", "subscribe": "s.t,s.transaction"}
+    assert not parse_options(base).shares_task("s.transaction")
+    shared = parse_options({**base, "SHAREDTASKPATTERN": r".+\.transaction"})
+    assert shared.shares_task("s.transaction")
+    assert not shared.shares_task("s.transactions")
+    with pytest.raises(KafkaOptionError, match=r"sharedTaskPattern.*not a valid regex"):
+        parse_options({**base, "sharedTaskPattern": "(s"})
 
 
 # -- range ends ----------------------------------------------------------------------------

@@ -3,8 +3,12 @@ PostgreSQL connector with ``provide.transaction.metadata=true``)."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ingest.debezium.position import postgres_position
 from ingest.errors import IngestError
@@ -18,6 +22,7 @@ from ingest.transactions import (
     is_transaction_topic,
     transaction_ref,
 )
+from ingest.transactions.markers import TRANSACTION_TOPIC_PATTERN
 
 BEGIN = (
     b'{"status":"BEGIN","id":"733:26386320","event_count":null,'
@@ -186,3 +191,15 @@ def test_transaction_topics_are_told_by_name() -> None:
     assert is_transaction_topic("dbserver1.transaction")
     assert not is_transaction_topic("dbserver1.public.transactions")
     assert not is_transaction_topic(".transaction")
+
+
+_NAME_PARTS = st.sampled_from(["", ".", "transaction", ".transaction", "s", "public.t", "_x-1"])
+
+
+@given(st.lists(_NAME_PARTS, max_size=4).map("".join))
+def test_the_transaction_topic_pattern_tells_the_same_topics(topic: str) -> None:
+    """The job's ``sharedTaskPattern`` (a regex the source matches) and the sink's test agree:
+    a data topic taken for the transaction topic would share its task unread."""
+    assert (re.fullmatch(TRANSACTION_TOPIC_PATTERN, topic) is not None) == is_transaction_topic(
+        topic
+    )

@@ -9,6 +9,8 @@ import pytest
 
 from ingest.config import IngestJobConfig
 from ingest.errors import IngestError
+from ingest.job import source_options
+from ingest.kafka.options import parse_options
 from ingest.sink.plan import SourceFormat
 from ingest.transactions import OnTimeout, TransactionConfigError, TransactionMode, resolve_mode
 
@@ -81,3 +83,14 @@ def test_a_job_config_that_cannot_work_is_refused(
     with pytest.raises(TransactionConfigError, match=message) as caught:
         _config(tmp_path, **kw)
     assert isinstance(caught.value, IngestError)
+
+
+def test_a_consistent_job_gives_the_transaction_topic_no_task_of_its_own(tmp_path: Path) -> None:
+    """Its driver reads that topic; the tasks skip it (``ingest.job.source_options``)."""
+    topics = ("s.public.t", "s.transaction")
+    consistent = parse_options(source_options(_config(tmp_path, topics=topics), "earliest"))
+    eventual = _config(tmp_path, topics=topics, transactions=EVENTUAL)
+
+    assert consistent.shares_task("s.transaction")
+    assert not consistent.shares_task("s.public.t")
+    assert not parse_options(source_options(eventual, "earliest")).shares_task("s.transaction")
