@@ -202,7 +202,7 @@ def source_options(config: IngestJobConfig, starting: str) -> dict[str, str]:
     """The ``lakestream-kafka`` options of the job: ranges out, read by the sink's tasks. In
     ``transactions: consistent`` the driver reads the transaction topic, so its range shares
     another range's task rather than make a task that does nothing (on 2 cores it ran alone at
-    the end of every batch's job, 40-100 ms)."""
+    the end of most batches' jobs, up to ~100 ms)."""
     budget_ms = round(config.broker_outage_budget_s * 1000)
     options = {
         "kafka.bootstrap.servers": config.bootstrap_servers,
