@@ -17,6 +17,7 @@ the END's LSN is its commit position, which this module keeps as the marker's so
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -46,8 +47,9 @@ __all__ = [
 ]
 
 _TOPIC_SUFFIX = ".transaction"
-#: :func:`is_transaction_topic` as a regex matched against whole names (a source option).
-TRANSACTION_TOPIC_PATTERN = r".+\.transaction"
+#: :func:`is_transaction_topic` as a regex matched against whole names (a source option): built
+#: from the same suffix, ``(?s)`` so that it holds for any name, as the suffix test does.
+TRANSACTION_TOPIC_PATTERN = r"(?s).+" + re.escape(_TOPIC_SUFFIX)
 #: A BEGIN marker as Debezium writes it without a schema envelope: half of the transaction
 #: topic, read by the driver, and the book ignores BEGIN markers: passed over unparsed.
 _BEGIN_PREFIX = b'{"status":"BEGIN","id":"'
