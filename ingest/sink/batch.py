@@ -104,6 +104,9 @@ log = get_logger("lakestream.ingest")
 
 #: Rebasing a commit that lost to a concurrent writer (the files do not depend on the table).
 REBASE_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.2)
+#: The longest a read-ahead waits for a batch's tasks to start (a slow start, or the clocks of
+#: a cluster's executors ahead of the driver's): the batch's tasks still run for a while after.
+READ_AFTER_MAX_S = 1.0
 #: Write passes of one batch: a pass that brought new tables is written again at once, and so
 #: is one whose directly written transactions turned out incomplete (consistent mode).
 _WRITE_PASSES = RetryPolicy(attempts=4, base_delay=0.0, max_delay=0.0)
@@ -206,6 +209,11 @@ class BatchSink:
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka)
+        #: How long after a batch's start the read-ahead begins reading: as long as the first
+        #: task of the batch before took to start (0 until a batch measured it).
+        self._read_after_s = 0.0
+        #: When this batch began its read-ahead (wall clock; None once measured).
+        self._reads_begun: float | None = None
         #: ``transactions: consistent``: the next batch's start, worked out after this one's
         #: commit from the book it committed.
         self._preparing: Future[PreparedStart] | None = None
@@ -310,6 +318,7 @@ class BatchSink:
         self._job_ms = round((time.monotonic() - started) * 1000)
         reports = [read_report(row["report"], row["ranks"]) for row in rows]
         if self._txn is not None:
+            self._time_read_ahead(reports)
             reports.append(self._txn.marker_report)
         too_many = self.settings.config.dead_letter_guard.check(topic_figures(reports))
         if too_many is not None:
@@ -345,8 +354,9 @@ class BatchSink:
         } | {(r.topic, r.partition) for r in ranges}
         prepared = self._take_prepared()
         base = progress.commit_id if progress is not None else None
+        after_s = self._read_after_s
         if prepared is not None and prepared.base == base and prepared.fits(ranges, known):
-            read_ahead_next(ranges, self._readahead)
+            read_ahead_next(ranges, self._readahead, after_s=after_s)
             txn = prepared.adopted()
         else:
             txn = start_batch(
@@ -356,9 +366,22 @@ class BatchSink:
                 self.settings.kafka,
                 self._policy,
                 readahead=self._readahead,
+                read_after_s=after_s,
             )
+        self._reads_begun = time.time()
+        txn.timings["read_ahead_after_ms"] = round(after_s * 1000)
         self._peek_next(progress, ranges)
         return txn
+
+    def _time_read_ahead(self, reports: Sequence[TaskReport]) -> None:
+        """How long after this batch began its read-ahead its first task started: the next
+        batch's read-ahead waits as long (:func:`~ingest.sink.consistent.read_ahead_next`).
+        Measured on a batch's first write pass (a second one's tasks start after the first's)."""
+        starts = [r.started_ms for r in reports if r.started_ms is not None]
+        if starts and self._reads_begun is not None:
+            lead = min(starts) / 1000 - self._reads_begun
+            self._read_after_s = min(max(lead, 0.0), READ_AFTER_MAX_S)
+        self._reads_begun = None
 
     def _peek_next(self, progress: WriterProgress | None, ranges: Sequence[OffsetRange]) -> None:
         """Begin peeking the tails of the next batch's likely ranges (from where this batch's

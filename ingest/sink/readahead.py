@@ -5,7 +5,9 @@ In ``transactions: consistent`` mode the driver must know a batch's END markers 
 start (they decide which events the tasks may write directly), and reading and decoding them is
 the largest part of the mode's work before the tasks (~200 ms for 30,000 records). The next batch
 starts where this one ends, so that range can be read while the driver would otherwise wait for
-the tasks. Only what the broker already holds when the thread starts is read, up to a limit.
+the tasks. The thread starts with the batch and waits until its tasks run before it reads
+(:func:`~ingest.sink.consistent.read_ahead_next` says why), or until a batch asks for the
+records. Only what the broker holds when it begins is read, up to a limit.
 
 A read-ahead is an optimisation, never a source of truth: :meth:`MarkerReadAhead.records` uses
 it only when it began exactly at the batch's start offset, and reads what it lacks (or all, if it
@@ -109,10 +111,13 @@ class MarkerRun:
 @dataclass
 class _Ahead:
     """One read-ahead of a partition: the records of ``[start, covered)``, guarded by
-    ``changed`` (the thread notifies it after every chunk and when it ends)."""
+    ``changed`` (the thread notifies it after every chunk and when it ends). Its thread waits
+    ``delay_s`` before it reads, or until ``go`` is set (a batch asks for the records)."""
 
     start: int
+    delay_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
+    go: threading.Event = field(default_factory=threading.Event)
     changed: threading.Condition = field(default_factory=threading.Condition)
     runs: list[MarkerRun] = field(default_factory=list)
     covered: int = -1
@@ -124,12 +129,19 @@ class _Ahead:
 
     def wait_for(self, end: int) -> tuple[list[MarkerRun], int, BaseException | None]:
         """The records before ``end`` once covered (or the thread ended), where the read-ahead
-        got to, and its failure; then it is told to stop."""
+        got to, and its failure; then it is told to stop. A read-ahead still waiting to begin
+        begins now."""
+        self.go.set()
         with self.changed:
             self.changed.wait_for(lambda: self.covered >= end or self.finished, WAIT_S)
             self.stop.set()
             found = [run.before(end) for run in self.runs if run.offsets and run.offsets[0] < end]
             return found, self.covered, self.failed
+
+    def cancel(self) -> None:
+        """Stop reading (a thread still waiting to begin ends without reading)."""
+        self.stop.set()
+        self.go.set()
 
 
 class MarkerReadAhead:
@@ -147,7 +159,7 @@ class MarkerReadAhead:
         ahead = self._ahead.pop((rng.topic, rng.partition), None)
         if ahead is None or ahead.start != rng.start:
             if ahead is not None:
-                ahead.stop.set()
+                ahead.cancel()
             return read_records(rng, self.kafka)
         found, covered, failed = ahead.wait_for(rng.end)
         if failed is not None:
@@ -159,10 +171,12 @@ class MarkerReadAhead:
             found += read_records(rest, self.kafka)
         return found
 
-    def begin(self, rng: OffsetRange, limit: int) -> None:
-        """Start reading the partition of ``rng`` from its end, at most ``limit`` records."""
+    def begin(self, rng: OffsetRange, limit: int, *, after_s: float = 0.0) -> None:
+        """Start reading the partition of ``rng`` from its end, at most ``limit`` records, in
+        ``after_s`` seconds (at once when a batch asks for them before)."""
         pid = PartitionId(rng.topic, rng.partition)
-        self._launch(pid, rng.end, lambda: min(_high_watermark(pid, self.kafka), rng.end + limit))
+        ends = rng.end + limit
+        self._launch(pid, rng.end, lambda: min(_high_watermark(pid, self.kafka), ends), after_s)
 
     def begin_first(self, start: Mapping[PartitionId, int], max_rows: int | None) -> None:
         """Start reading, for a job's first batch, each transaction-topic partition of
@@ -177,13 +191,16 @@ class MarkerReadAhead:
             if is_transaction_topic(pid.topic):
                 self._launch(pid, offset, partial(_first_end, pid, start, max_rows, self.kafka))
 
-    def _launch(self, pid: PartitionId, start: int, end_of: Callable[[], int]) -> None:
-        """A thread reading ``pid`` from ``start`` up to ``end_of()`` (asked in the thread)."""
+    def _launch(
+        self, pid: PartitionId, start: int, end_of: Callable[[], int], after_s: float = 0.0
+    ) -> None:
+        """A thread reading ``pid`` from ``start`` up to ``end_of()`` (asked in the thread,
+        once it begins: ``after_s`` from now)."""
         key = (pid.topic, pid.partition)
         previous = self._ahead.pop(key, None)
         if previous is not None:
-            previous.stop.set()
-        ahead = _Ahead(start=start)
+            previous.cancel()
+        ahead = _Ahead(start=start, delay_s=after_s)
         self._ahead[key] = ahead
         thread = threading.Thread(
             target=self._read,
@@ -195,11 +212,14 @@ class MarkerReadAhead:
 
     def close(self) -> None:
         for ahead in self._ahead.values():
-            ahead.stop.set()
+            ahead.cancel()
         self._ahead.clear()
 
     def _read(self, pid: PartitionId, ahead: _Ahead, end_of: Callable[[], int]) -> None:
         try:
+            ahead.go.wait(ahead.delay_s)
+            if ahead.stop.is_set():
+                return
             end = end_of()
             if end > ahead.start:
                 self._fill(OffsetRange(pid.topic, pid.partition, ahead.start, end), ahead)

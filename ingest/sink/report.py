@@ -230,6 +230,10 @@ class TaskReport(_Model):
     #: The task's own CPU and wall time (read + decode + write), for the batch log.
     cpu_ms: int = 0
     wall_ms: int = 0
+    #: When the task began (wall clock, ms since the epoch): in ``transactions: consistent``
+    #: the driver begins the next batch's read-ahead as long after a batch's start as its
+    #: first task began (:func:`ingest.sink.consistent.read_ahead_next`).
+    started_ms: int | None = None
 
 
 def merge_offsets(

@@ -66,7 +66,7 @@ DEAD_LETTER_SCHEMA = pa.schema([
 def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: the task's offset ranges in, their records read from Kafka here,
     decoded and written; one report row out (the records never pass through the JVM)."""
-    started_cpu, started = time.process_time(), time.monotonic()
+    began, started_cpu, started = time.time(), time.process_time(), time.monotonic()
     tune_worker_collector()
     configure_worker_logging(plan.log_level)
     log = get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
@@ -90,6 +90,7 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
         update={
             "cpu_ms": round((time.process_time() - started_cpu) * 1000),
             "wall_ms": round((time.monotonic() - started) * 1000),
+            "started_ms": round(began * 1000),
         }
     )
     log.debug("task_written", records=report.records, files=len(report.files))

@@ -96,6 +96,10 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     assert [line["held_files_from"] for line in batches] == ["catalog"] + ["last_commit"] * (
         len(batches) - 1
     )
+    # the first batch's read-ahead began at once; each one after it waited as long as the
+    # batch before took to start its first task (from the tasks' reports), a second at most
+    assert batches[0]["read_ahead_after_ms"] == 0
+    assert all(0 < line["read_ahead_after_ms"] <= 1000 for line in batches[1:])
     # the driver reads the transaction topic for the tasks, and counts it as they would
     assert run.records_read == sent
     checked = [(b, broken(s, ACCOUNTS)) for b, s in cuts(catalog) if b > snapshot_done]

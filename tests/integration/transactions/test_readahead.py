@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -198,3 +199,80 @@ def test_a_bad_record_read_ahead_fails_the_batch_that_reads_it(
     with pytest.raises(BadTransactionMetadata, match="event_count"):
         ids(ahead.records(OffsetRange(name, 0, 600, 601)))
     ahead.close()
+
+
+def watched_ends(monkeypatch: pytest.MonkeyPatch) -> list[PartitionId]:
+    """The partitions whose end a read-ahead asked the broker for: its first step of reading."""
+    asked: list[PartitionId] = []
+    real = readahead._high_watermark
+
+    def watched(pid: PartitionId, options: SourceOptions) -> int:
+        asked.append(pid)
+        return real(pid, options)
+
+    monkeypatch.setattr(readahead, "_high_watermark", watched)
+    return asked
+
+
+def test_a_delayed_read_ahead_begins_when_the_batch_asks(
+    topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-ahead told to wait for the batch's tasks reads nothing until then; a batch that
+    asks sooner (its tasks ended first) is served at once, not after the wait."""
+    name, options = topic
+    asked = watched_ends(monkeypatch)
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 0, 100)
+    ahead.records(first)
+    ahead.begin(first, limit=100, after_s=600)
+    time.sleep(0.3)
+    assert asked == []  # still waiting
+
+    def no_reading(*_: object) -> list[object]:
+        raise AssertionError("the batch read its range itself")
+
+    monkeypatch.setattr(readahead, "read_records", no_reading)
+    started = time.monotonic()
+    assert ids(ahead.records(OffsetRange(name, 0, 100, 200))) == [str(t) for t in range(51, 101)]
+    assert time.monotonic() - started < readahead.WAIT_S
+    assert ahead.last_served == 100 and asked == [PartitionId(name, 0)]
+    ahead.close()
+
+
+def test_a_delayed_read_ahead_reads_on_its_own_when_its_time_comes(
+    topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, options = topic
+    asked = watched_ends(monkeypatch)
+    ahead = MarkerReadAhead(options)
+    first = OffsetRange(name, 0, 0, 100)
+    ahead.records(first)
+    ahead.begin(first, limit=100, after_s=0.2)
+    deadline = time.monotonic() + 10
+    while not asked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert asked == [PartitionId(name, 0)]  # begun without the batch asking
+    assert ids(ahead.records(OffsetRange(name, 0, 100, 200))) == [str(t) for t in range(51, 101)]
+    assert ahead.last_served == 100
+    ahead.close()
+
+
+def test_a_read_ahead_closed_or_replaced_while_it_waits_never_reads(
+    topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query ended (close) or a batch started elsewhere (begin again): the waiting thread
+    ends at once, without asking the broker anything."""
+    name, options = topic
+    asked = watched_ends(monkeypatch)
+    ahead = MarkerReadAhead(options)
+    ahead.begin(OffsetRange(name, 0, 0, 100), limit=100, after_s=600)
+    ahead.begin(OffsetRange(name, 0, 300, 400), limit=100, after_s=600)  # replaces the first
+    ahead.close()
+    deadline = time.monotonic() + 10
+    while _waiting_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _waiting_threads() == [] and asked == []
+
+
+def _waiting_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("lakestream-readahead-")]
