@@ -327,7 +327,9 @@ def read_ahead_next(
     the Python consumer) is a burst of CPU, and the batch's start up to its first task (the
     plan, ``mapInArrow``, Spark launching the tasks) is serial: begun with the batch it made
     that start ~70 ms longer (``mapInArrow`` 100 against 50 ms). Once the tasks run it has their
-    whole length to finish, and the next batch asks for the records in any case."""
+    whole length to finish, and the next batch asks for the records in any case. (End to end
+    the benchmark tells no difference: on 2 cores the tasks pay for the read instead;
+    bench/RESULTS.md, run 19.)"""
     for rng in ranges:
         if is_transaction_topic(rng.topic):
             readahead.begin(rng, limit=rng.end - rng.start, after_s=after_s)
