@@ -42,6 +42,15 @@ def ids(found: list[MarkerRun]) -> list[str]:
     return [end.id for run in found for end in run.ends if end is not None]
 
 
+def forbid_own_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on a batch that reads its range itself (not served by the read-ahead) fails."""
+
+    def no_reading(*_: object) -> list[object]:
+        raise AssertionError("the batch read its range itself")
+
+    monkeypatch.setattr(readahead, "read_records", no_reading)
+
+
 @pytest.fixture
 def topic(kafka: KafkaTestHelper) -> tuple[str, SourceOptions]:
     name = kafka.topic()
@@ -74,11 +83,7 @@ def test_the_next_batch_is_served_by_the_read_ahead(
     first = OffsetRange(name, 0, 0, 100)
     ahead.records(first)
     ahead.begin(first, limit=100)
-
-    def no_reading(*_: object) -> list[object]:
-        raise AssertionError("the batch read its range itself")
-
-    monkeypatch.setattr(readahead, "read_records", no_reading)
+    forbid_own_reads(monkeypatch)
     assert ids(ahead.records(OffsetRange(name, 0, 100, 200))) == [str(t) for t in range(51, 101)]
 
 
@@ -138,11 +143,7 @@ def test_the_first_batch_is_served_by_a_read_ahead_begun_as_the_job_starts(
     assert 50 < end[PartitionId(txn, 0)] < 200  # the limit splits over both topics
     ahead = MarkerReadAhead(options)
     ahead.begin_first(start, max_rows=120)
-
-    def no_reading(*_: object) -> list[object]:
-        raise AssertionError("the batch read its range itself")
-
-    monkeypatch.setattr(readahead, "read_records", no_reading)
+    forbid_own_reads(monkeypatch)
     first = OffsetRange(txn, 0, 50, end[PartitionId(txn, 0)])
     got = ahead.records(first)
     assert ids(got) == [str(t) for t in range(26, first.end // 2 + 1)]
@@ -227,11 +228,7 @@ def test_a_delayed_read_ahead_begins_when_the_batch_asks(
     ahead.begin(first, limit=100, after_s=600)
     time.sleep(0.3)
     assert asked == []  # still waiting
-
-    def no_reading(*_: object) -> list[object]:
-        raise AssertionError("the batch read its range itself")
-
-    monkeypatch.setattr(readahead, "read_records", no_reading)
+    forbid_own_reads(monkeypatch)
     started = time.monotonic()
     assert ids(ahead.records(OffsetRange(name, 0, 100, 200))) == [str(t) for t in range(51, 101)]
     assert time.monotonic() - started < readahead.WAIT_S
