@@ -9,6 +9,9 @@ starts its own PostgreSQL, broker and Spark), and pools each side's rounds::
 
     python -m bench.ingest.compare --against cb22b43 --pairs 3 -- --events 1000000 --repeat 2
 
+Each side's mean run ratio is given with its 95% interval (Student's t), and the difference of
+the two with Welch's: a difference whose interval holds 0 is one the runs do not resolve.
+
 Everything after ``--`` goes to ``bench.ingest.transactions`` on both sides; the other tree
 must have that module (any commit since it was added) and print its table of rounds.
 
@@ -44,6 +47,10 @@ _ROUND = re.compile(
     re.MULTILINE,
 )
 THIS, THAT = "this", "that"
+#: Student's t at 0.975 for 1..30 degrees of freedom (a two-sided 95% interval); 1.96 past 30.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,43 @@ class Pooled:
     @property
     def ratio(self) -> float:
         return self.consistent / self.eventual
+
+    @property
+    def mean_ratio(self) -> float:
+        return statistics.fmean(self.ratios)
+
+    @property
+    def half_width(self) -> float:
+        """Of the 95% interval of :attr:`mean_ratio` (Student's t; infinite for one run)."""
+        n = len(self.ratios)
+        if n < 2:
+            return math.inf
+        return _t975(n - 1) * statistics.stdev(self.ratios) / math.sqrt(n)
+
+
+def difference(this: Pooled, that: Pooled) -> tuple[float, float]:
+    """``this`` side's mean run ratio less ``that`` one's, and the half width of its 95%
+    interval (Welch's: the sides' spreads may differ). An interval that holds 0 is a
+    difference the runs do not resolve.
+
+    Why: single runs of the same code spread by ±5% here, and a change worth 1-2% was read
+    into one set of runs more than once (bench/RESULTS.md, source transactions, runs 16-19)."""
+    d = this.mean_ratio - that.mean_ratio
+    if len(this.ratios) < 2 or len(that.ratios) < 2:
+        return d, math.inf
+    parts = [statistics.variance(p.ratios) / len(p.ratios) for p in (this, that)]
+    se2 = sum(parts)
+    if se2 == 0:
+        return d, 0.0
+    sides = zip(parts, (this, that), strict=True)
+    df = se2**2 / sum(part**2 / (len(p.ratios) - 1) for part, p in sides)
+    return d, _t975(df) * math.sqrt(se2)
+
+
+def _t975(df: float) -> float:
+    """t for a 95% interval at ``df`` degrees of freedom, rounded down (the wider interval)."""
+    whole = int(df)
+    return _T975[whole - 1] if whole <= len(_T975) else 1.96
 
 
 def parse_rounds(report: str) -> list[Round]:
@@ -128,17 +172,23 @@ def turns(pairs: int) -> list[str]:
 
 def report(sides: dict[str, Pooled], against: str) -> str:
     lines = [
-        "| tree | runs | ratio per run | pooled consistent / eventual events/s | pooled ratio "
+        "| tree | runs | ratio per run | mean of the run ratios (95%) "
+        "| pooled consistent / eventual events/s | pooled ratio "
         "| CPU s of consistent over eventual (medians) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for side, name in ((THIS, "this tree"), (THAT, against)):
         p = sides[side]
         cpu = ("n/a" if p.cpu_over is None
                else ", ".join(f"{k} {v:+.1f}" for k, v in p.cpu_over.items()))  # fmt: skip
         ratios = ", ".join(f"{r:.2f}x" for r in p.ratios)
-        lines.append(f"| {name} | {p.runs} | {ratios} | {p.consistent:,.0f} / "
+        mean = f"{p.mean_ratio:.3f}x ± {p.half_width:.3f}"
+        lines.append(f"| {name} | {p.runs} | {ratios} | {mean} | {p.consistent:,.0f} / "
                      f"{p.eventual:,.0f} | **{p.ratio:.3f}x** | {cpu} |")  # fmt: skip
+    d, half = difference(sides[THIS], sides[THAT])
+    verdict = "not resolved" if abs(d) <= half else "resolved"
+    lines.append(f"\nthis tree's mean run ratio less {against}'s: {d:+.3f}x ± {half:.3f} "
+                 f"(95%, Welch): {verdict}")  # fmt: skip
     return "\n".join(lines)
 
 

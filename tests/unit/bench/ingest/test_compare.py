@@ -4,6 +4,7 @@ benchmark prints, each side pooled, the turns ABBA, and the other tree a real wo
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 from bench.ingest.compare import (
     THAT,
     THIS,
+    Pooled,
     build_extension,
+    difference,
     loops,
     parse_rounds,
     pooled,
@@ -66,7 +69,35 @@ def test_a_side_pools_every_round_of_its_runs() -> None:
         {"driver": 1.1, "jvm": 0.0, "python workers": 0.0, "broker": 0.0}
     )
     text = report({THIS: side, THAT: side}, "abc1234")
-    assert "| abc1234 | 2 | 0.80x, 0.50x | 900 / 1,500 | **0.600x** |" in text
+    assert "| abc1234 | 2 | 0.80x, 0.50x | 0.650x ± 1.906 | 900 / 1,500 | **0.600x** |" in text
+
+
+def side(*ratios: float) -> Pooled:
+    return Pooled(len(ratios), ratios, 1.0, 1.0, None)
+
+
+def test_a_side_has_its_mean_run_ratio_with_a_95_percent_interval() -> None:
+    # by hand: mean 0.9, sample sd 0.016330, t(3) = 3.182 -> 3.182 * 0.016330 / 2
+    four = side(0.90, 0.92, 0.88, 0.90)
+    assert four.mean_ratio == pytest.approx(0.9)
+    assert four.half_width == pytest.approx(0.025981, abs=1e-6)
+    assert side(0.9).half_width == math.inf  # one run says nothing of its spread
+
+
+def test_the_sides_differ_only_when_the_interval_of_the_difference_excludes_zero() -> None:
+    # by hand (Welch): d 0.05, se 0.009129, df 4.41 -> t(4) = 2.776 -> +-0.025341
+    better, worse = side(0.90, 0.92, 0.88, 0.90), side(0.85, 0.86, 0.84, 0.85)
+    d, half = difference(better, worse)
+    assert (d, half) == (pytest.approx(0.05), pytest.approx(0.025341, abs=1e-6))
+    assert report({THIS: better, THAT: worse}, "abc").endswith(
+        "less abc's: +0.050x ± 0.025 (95%, Welch): resolved"
+    )
+    # the same mean, spread as this VM spreads runs; by hand: se 0.025166, df 3.70 -> t(3)
+    noisy = side(0.95, 0.85, 0.93, 0.87)
+    assert report({THIS: noisy, THAT: better}, "abc").endswith(
+        "less abc's: +0.000x ± 0.080 (95%, Welch): not resolved"
+    )
+    assert difference(side(0.95), side(0.85)) == (pytest.approx(0.1), math.inf)
 
 
 def test_the_sides_take_turns_abba() -> None:
