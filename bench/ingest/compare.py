@@ -108,8 +108,10 @@ def difference(this: Pooled, that: Pooled) -> tuple[float, float]:
 
 
 def _t975(df: float) -> float:
-    """t for a 95% interval at ``df`` degrees of freedom, rounded down (the wider interval)."""
-    whole = int(df)
+    """t for a 95% interval at ``df`` degrees of freedom, rounded down (the wider interval).
+    Welch's ``df`` is at least 1 but may come out a hair below it in floating point: index 0,
+    not -1 (which would give the table's narrowest t)."""
+    whole = max(int(df), 1)
     return _T975[whole - 1] if whole <= len(_T975) else 1.96
 
 
