@@ -45,12 +45,14 @@ class MarkerRun:
 
     Lists per run, not an object per record: a batch reads tens of thousands of records here,
     and building a named tuple for each was a tenth of the driver's work on them. The END
-    markers are decoded when first asked for (:attr:`ends`), not as the records are read: a
-    read-ahead reads while the batch's tasks run and would take CPU from them on a busy
-    machine; the next batch's start decodes them, in the gap between two batches
-    (:func:`~ingest.sink.consistent.prepare_start`), when the driver has a core to itself.
-    (Decoding them as soon as the tasks end was tried: on a thread of the driver it held the
-    GIL against the batch's decision and commit, which took 80 ms instead of 30.)
+    markers are decoded when first asked for (:attr:`ends`), not as the records are read: the
+    next batch's start decodes them, in the gap between two batches
+    (:func:`~ingest.sink.consistent.prepare_start`). (Decoding them as soon as the tasks end
+    was tried: on a thread of the driver it held the GIL against the batch's decision and
+    commit, which took 80 ms instead of 30. But the driver's CPU costs more wall time between
+    batches than during the tasks - 2.0 ± 1.0 s against 0.5 ± 1.1 s for 1.5 s of it a run,
+    bench/RESULTS.md, source transactions, run 20 - so decoding right after the read,
+    mid-tasks, is the next thing to measure.)
     """
 
     __slots__ = ("_ends", "messages", "offsets", "values")
