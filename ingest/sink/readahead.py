@@ -17,6 +17,7 @@ failed) synchronously, so the batch gets the same records either way.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,12 @@ from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
-from ingest.transactions.markers import TransactionMarker, end_markers, is_transaction_topic
+from ingest.transactions.markers import (
+    BadTransactionMetadata,
+    TransactionMarker,
+    end_markers,
+    is_transaction_topic,
+)
 
 log = get_logger("lakestream.ingest")
 
@@ -45,14 +51,8 @@ class MarkerRun:
 
     Lists per run, not an object per record: a batch reads tens of thousands of records here,
     and building a named tuple for each was a tenth of the driver's work on them. The END
-    markers are decoded when first asked for (:attr:`ends`), not as the records are read: the
-    next batch's start decodes them, in the gap between two batches
-    (:func:`~ingest.sink.consistent.prepare_start`). (Decoding them as soon as the tasks end
-    was tried: on a thread of the driver it held the GIL against the batch's decision and
-    commit, which took 80 ms instead of 30. But the driver's CPU costs more wall time between
-    batches than during the tasks - 2.0 ± 1.0 s against 0.5 ± 1.1 s for 1.5 s of it a run,
-    bench/RESULTS.md, source transactions, run 20 - so decoding right after the read,
-    mid-tasks, is the next thing to measure.)
+    markers are decoded when first asked for (:attr:`ends`); a read-ahead asks as soon as it
+    has read a run (:meth:`decode_ahead`).
     """
 
     __slots__ = ("_ends", "messages", "offsets", "values")
@@ -88,6 +88,19 @@ class MarkerRun:
         if ends is None:  # two threads may both decode: the same result, set once either way
             ends = self._ends = end_markers(self.values)
         return ends
+
+    def decode_ahead(self) -> None:
+        """Decode the END markers now, on the read-ahead's thread while the batch's tasks run,
+        rather than in the next batch's start between two batches (``prepare_start``).
+
+        Why: the driver's CPU costs more wall time between batches than during the tasks:
+        1.5 s of it a run cost 2.0 ± 1.0 s there against 0.5 ± 1.1 s (bench/RESULTS.md, source
+        transactions, run 20). (Decoding as the tasks end was tried before: it held the GIL
+        against the batch's decision and commit, 80 ms instead of 30; a read-ahead reads
+        once the tasks run, and is done long before they end.) A record that is no marker is
+        left for the batch that asks, which raises as it would have."""
+        with contextlib.suppress(BadTransactionMetadata):
+            _ = self.ends
 
     def before(self, end: int) -> MarkerRun:
         """The records of this run below offset ``end``."""
@@ -236,6 +249,7 @@ class MarkerReadAhead:
     def _fill(self, rng: OffsetRange, ahead: _Ahead) -> None:
         for messages in read_messages(rng, self.kafka):
             found = MarkerRun.of(messages)
+            found.decode_ahead()
             with ahead.changed:
                 ahead.runs.append(found)
                 ahead.covered = offset_of(messages[-1]) + 1
