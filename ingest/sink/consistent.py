@@ -464,7 +464,7 @@ def prepare_start(
     batches (while Spark writes its logs and plans the batch, the driver idles for ~100-150
     ms): where the batch will likely end (the source's split of ``maxOffsetsPerTrigger`` over
     what the broker holds now, as ``latestOffset`` computes it), its markers (read ahead during
-    the batch before, decoded now) taken into ``book`` (the book of commit ``base``), the last
+    the batch before, decoded as read) taken into ``book`` (the book of commit ``base``), the last
     record of each data range and the one after it (``peeked`` during the batch before, when
     its ranges are these; else peeked now), the transactions the tasks may write directly.
 
