@@ -179,7 +179,7 @@ def test_what_is_read_ahead_is_decoded_on_its_thread_not_by_the_batch(
     ahead = MarkerReadAhead(options)
     first = OffsetRange(name, 0, 0, 100)
     ahead.records(first)
-    decoding.clear()  # that batch read for itself
+    decoding.clear()  # only the read-ahead's range counts, not the first batch's own read
     ahead.begin(first, limit=100)
     got = ahead.records(OffsetRange(name, 0, 100, 200))
     batch = threading.current_thread().name
