@@ -208,7 +208,7 @@ class BatchSink:
         self._job_ms = 0
         self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
-        self._readahead = MarkerReadAhead(settings.kafka)
+        self._readahead = MarkerReadAhead(settings.kafka, self._collections())
         #: How long after a batch's start the read-ahead begins reading: as long as the first
         #: task of the batch before took to start (0 until a batch measured it).
         self._read_after_s = 0.0

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -69,7 +69,7 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
 from ingest.sink.plan import ShippedIds
-from ingest.sink.readahead import MarkerReadAhead, read_records
+from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
 from ingest.sink.report import (
     TaskReport,
     TopicFigures,
@@ -79,9 +79,11 @@ from ingest.sink.report import (
     merged_union,
 )
 from ingest.transactions.book import (
+    BuiltEnds,
     Decision,
     PartitionTail,
     TransactionBook,
+    TxnState,
 )
 from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
@@ -353,9 +355,9 @@ def _start(
         tails_read = None
         if peeked is None:
             tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
-        markers, report, read_ahead = read_markers(ranges, kafka, readahead)
+        markers = read_markers(ranges, kafka, readahead)
         timings["markers_ms"] = _ms_since(started)
-        loaded, book = book, book.add_markers(markers, now)
+        loaded, book = book, markers.into(book, now)
         if tails_read is not None:
             tails, timings["tails_ms"] = tails_read.result()
         else:
@@ -370,9 +372,9 @@ def _start(
         candidates,
         settled,
         loaded=loaded,
-        markers=len(markers),
-        marker_report=report,
-        markers_read_ahead=read_ahead,
+        markers=len(markers.ends),
+        marker_report=markers.report,
+        markers_read_ahead=markers.read_ahead,
         owner=first_range(ranges),
         timings=timings,
         columns=EndedColumns.of(book.ended),
@@ -498,14 +500,46 @@ def first_range(ranges: Sequence[OffsetRange]) -> tuple[str, int, int] | None:
     return min(starts, default=None)
 
 
+class BatchMarkers(NamedTuple):
+    """What :func:`read_markers` read of a batch's transaction topics."""
+
+    ends: list[TransactionMarker]
+    """The END markers, in topic order."""
+    report: TaskReport
+    """The figures of the records read, as a task would report them (records, ignored,
+    tombstones, newest time)."""
+    read_ahead: int
+    """How many of the records a read-ahead had read (during the batch before, or as the job
+    started)."""
+    runs: list[MarkerRun]
+
+    def built(self, collections: frozenset[str] | None, now: float) -> BuiltEnds:
+        """The ENDs' transaction states for a book reading ``collections``: those a
+        read-ahead built as it read, the others now (first seen ``now``)."""
+        states: list[TxnState] = []
+        ids: list[frozenset[str]] = []
+        for run in self.runs:
+            run_states, run_ids = run.states(collections, now)
+            states += run_states
+            ids.append(run_ids)
+        union = ids[0] if len(ids) == 1 else frozenset().union(*ids)
+        return BuiltEnds(states, union, collections)
+
+    def into(self, book: TransactionBook, now: float) -> TransactionBook:
+        """``book`` with the END markers taken in (:meth:`TransactionBook.add_built`)."""
+        if not self.ends:
+            return book
+        wanted = None if book.collections is None else frozenset(book.collections)
+        return book.add_built(self.ends, self.built(wanted, now), now)
+
+
 def read_markers(
     ranges: Sequence[OffsetRange], kafka: SourceOptions, readahead: MarkerReadAhead | None = None
-) -> tuple[list[TransactionMarker], TaskReport, int]:
-    """The END markers of the batch's ranges of transaction topics, the figures of the
-    records read, as a task would report them (records, ignored, tombstones, newest time), and
-    how many of the records ``readahead`` had read (during the batch before, or as the job
-    started)."""
+) -> BatchMarkers:
+    """The END markers of the batch's ranges of transaction topics, with the records read
+    (see :class:`BatchMarkers`)."""
     markers: list[TransactionMarker] = []
+    taken: list[MarkerRun] = []
     records: dict[str, int] = {}
     tombstones, stamps, ahead = 0, list[int](), 0
     for rng in ranges:
@@ -517,7 +551,9 @@ def read_markers(
             runs = readahead.records(rng)
             ahead += readahead.last_served
         runs = [run for run in runs if run.records]
-        markers.extend(end for run in runs for end in run.ends if end is not None)
+        taken += runs
+        for run in runs:
+            markers += run.ends_only
         records[rng.topic] = records.get(rng.topic, 0) + sum(run.records for run in runs)
         tombstones += sum(run.tombstones for run in runs)
         stamps.extend(s for run in runs[-1:] if (s := run.last_timestamp_ms) is not None)
@@ -529,7 +565,7 @@ def read_markers(
         tombstones=tombstones,
         max_timestamp_ms=max(stamps, default=None),
     )
-    return markers, report, ahead
+    return BatchMarkers(markers, report, ahead, taken)
 
 
 def partition_tails(

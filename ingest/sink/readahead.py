@@ -19,9 +19,11 @@ from __future__ import annotations
 import bisect
 import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 from confluent_kafka import Message
 
@@ -31,6 +33,7 @@ from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
+from ingest.transactions.book import TxnState, build_ends
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     TransactionMarker,
@@ -51,11 +54,12 @@ class MarkerRun:
 
     Lists per run, not an object per record: a batch reads tens of thousands of records here,
     and building a named tuple for each was a tenth of the driver's work on them. The END
-    markers are decoded when first asked for (:attr:`ends`); a read-ahead asks as soon as it
-    has read a run (:meth:`decode_ahead`).
+    markers are decoded when first asked for (:attr:`ends`), their transactions' states for
+    the book built likewise (:meth:`states`); a read-ahead does both as soon as it has read a
+    run (:meth:`decode_ahead`, :meth:`build_ahead`).
     """
 
-    __slots__ = ("_ends", "messages", "offsets", "values")
+    __slots__ = ("_built", "_ends", "_found", "messages", "offsets", "values")
 
     def __init__(
         self,
@@ -63,11 +67,14 @@ class MarkerRun:
         offsets: Sequence[int],
         values: list[bytes | None],
         ends: list[TransactionMarker | None] | None = None,
+        built: _Built | None = None,
     ) -> None:
         self.messages = messages
         self.offsets = offsets
         self.values = values
         self._ends = ends
+        self._built = built
+        self._found: list[TransactionMarker] | None = None
 
     @classmethod
     def of(cls, messages: Sequence[Message]) -> MarkerRun:
@@ -89,6 +96,18 @@ class MarkerRun:
             ends = self._ends = end_markers(self.values)
         return ends
 
+    @property
+    def ends_only(self) -> list[TransactionMarker]:
+        """The END markers alone, in order (:attr:`ends` without the Nones).
+
+        Raises:
+            BadTransactionMetadata: a record is no marker (see ``end_markers``).
+        """
+        found = self._found
+        if found is None:
+            found = self._found = [end for end in self.ends if end is not None]
+        return found
+
     def decode_ahead(self) -> None:
         """Decode the END markers now, on the read-ahead's thread while the batch's tasks run,
         rather than in the next batch's start between two batches (``prepare_start``).
@@ -100,15 +119,45 @@ class MarkerRun:
         once the tasks run, and is done long before they end.) A record that is no marker is
         left for the batch that asks, which raises as it would have."""
         with contextlib.suppress(BadTransactionMetadata):
-            _ = self.ends
+            _ = self.ends_only
+
+    def build_ahead(self, collections: frozenset[str] | None) -> None:
+        """Build the END markers' transaction states for a book reading ``collections`` now,
+        on the read-ahead's thread (:func:`~ingest.transactions.book.build_ends`; first seen
+        now, when read), for the same reason as :meth:`decode_ahead`. Nothing when the
+        markers cannot be decoded (the batch raises)."""
+        if self._found is not None:
+            states, ids = build_ends(self._found, collections, time.time())
+            self._built = _Built(collections, states, ids)
+
+    def states(
+        self, collections: frozenset[str] | None, now: float
+    ) -> tuple[list[TxnState], frozenset[str]]:
+        """The transaction states of :attr:`ends`' END markers (in order) for a book reading
+        ``collections``, and their ids: built ahead, else now (first seen ``now``).
+
+        Raises:
+            BadTransactionMetadata: a record is no marker (see ``end_markers``).
+        """
+        built = self._built
+        if built is None or built.collections != collections:
+            states, ids = build_ends(self.ends_only, collections, now)
+            built = self._built = _Built(collections, states, ids)
+        return built.states, built.ids
 
     def before(self, end: int) -> MarkerRun:
         """The records of this run below offset ``end``."""
         cut = bisect.bisect_left(self.offsets, end)
         if cut == len(self.offsets):
             return self
-        ends = None if self._ends is None else self._ends[:cut]
-        return MarkerRun(self.messages[:cut], self.offsets[:cut], self.values[:cut], ends)
+        if self._ends is None:
+            return MarkerRun(self.messages[:cut], self.offsets[:cut], self.values[:cut])
+        ends = self._ends[:cut]
+        count = cut - ends.count(None)  # ENDs before the cut
+        built = None if self._built is None else self._built.first(count)
+        run = MarkerRun(self.messages[:cut], self.offsets[:cut], self.values[:cut], ends, built)
+        run._found = None if self._found is None else self._found[:count]
+        return run
 
     @property
     def records(self) -> int:
@@ -121,6 +170,22 @@ class MarkerRun:
     @property
     def last_timestamp_ms(self) -> int | None:
         return message_millis(self.messages[-1]) if self.messages else None
+
+
+class _Built(NamedTuple):
+    """A run's END states built for a book reading ``collections`` (see
+    :meth:`MarkerRun.build_ahead`)."""
+
+    collections: frozenset[str] | None
+    states: list[TxnState]
+    ids: frozenset[str]
+
+    def first(self, count: int) -> _Built:
+        """Those of the first ``count`` END markers."""
+        if count == len(self.states):
+            return self
+        states = self.states[:count]
+        return _Built(self.collections, states, frozenset([s.id for s in states]))
 
 
 @dataclass
@@ -162,8 +227,11 @@ class _Ahead:
 class MarkerReadAhead:
     """Per transaction-topic partition, at most one read-ahead (see the module docstring)."""
 
-    def __init__(self, kafka: SourceOptions) -> None:
+    def __init__(self, kafka: SourceOptions, collections: Iterable[str] | None = None) -> None:
+        """``collections``: the data collections the job's book reads (its ``collections``),
+        None when unknown; the END states are built ahead for them."""
         self.kafka = kafka
+        self.collections = None if collections is None else frozenset(collections)
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         #: Records the last :meth:`records` took from a read-ahead (the batch's log line).
         self.last_served = 0
@@ -250,6 +318,7 @@ class MarkerReadAhead:
         for messages in read_messages(rng, self.kafka):
             found = MarkerRun.of(messages)
             found.decode_ahead()
+            found.build_ahead(self.collections)
             with ahead.changed:
                 ahead.runs.append(found)
                 ahead.covered = offset_of(messages[-1]) + 1

@@ -8,6 +8,7 @@ import itertools
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 import pytest
@@ -16,8 +17,9 @@ from ingest.kafka.localbroker import create_topic
 from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.sink import readahead
+from ingest.sink.consistent import read_markers
 from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
-from ingest.transactions import BadTransactionMetadata, TransactionMarker
+from ingest.transactions import BadTransactionMetadata, TransactionBook, TransactionMarker, TxnState
 from tests.fixtures.broker import KafkaTestHelper
 
 pytestmark = pytest.mark.integration
@@ -186,6 +188,53 @@ def test_what_is_read_ahead_is_decoded_on_its_thread_not_by_the_batch(
     assert decoding and batch not in decoding  # decoded, all on the read-ahead's thread
     assert ids(got) == [str(t) for t in range(51, 101)]
     assert batch not in decoding  # nor when the batch read the markers
+    ahead.close()
+
+
+def test_the_read_ahead_builds_the_books_states_and_a_batch_only_what_it_read_itself(
+    kafka: KafkaTestHelper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The states of the transactions the read-ahead's ENDs end are built on its thread as
+    it reads (first seen then); a batch takes them in as ``add_markers`` would, and builds
+    only those of records it read itself: batches as large as the read-ahead's range (none),
+    smaller (none: cut), larger (the rest), and the first (all)."""
+    name = f"{kafka.topic()}.transaction"
+    create_topic(kafka.bootstrap_servers, name, 1)
+    kafka.produce(name, markers(1, 300), partition=0)  # offsets 0..599
+    options = SourceOptions(kafka_config={"bootstrap.servers": kafka.bootstrap_servers})
+    building: list[tuple[str, int]] = []
+    real = readahead.build_ends
+
+    def watched(
+        ends: Sequence[TransactionMarker | None], *args: Any
+    ) -> tuple[list[TxnState], frozenset[str]]:
+        building.append((threading.current_thread().name, len(ends)))
+        return real(ends, *args)
+
+    monkeypatch.setattr(readahead, "build_ends", watched)
+    ahead = MarkerReadAhead(options, ["public.t"])
+    book = TransactionBook(collections=("public.t",))
+    # (batch's start, end, END states it builds itself): the first; as the read-ahead's range
+    # (100 records); larger (200: it reads 100 itself); smaller (50); as the last (50)
+    batches = [(0, 100, 50), (100, 200, 0), (200, 400, 50), (400, 450, 0), (450, 500, 0)]
+    for start, end, own in batches:
+        rng = OffsetRange(name, 0, start, end)
+        building.clear()
+        got = read_markers([rng], options, ahead)
+        now = time.time()
+        taken = got.into(book, now)
+        ahead.begin(rng, limit=end - start)
+        batch = threading.current_thread().name
+        assert sum(n for thread, n in building if thread == batch) == own
+        new = taken.ended[len(book.ended) :]
+        assert [t._replace(first_seen=now) for t in new] == list(
+            book.add_markers(got.ends, now).ended[len(book.ended) :]
+        )
+        assert len(new) == (end - start) // 2
+        assert all(t.first_seen <= now for t in new)
+        assert (own == len(new)) == all(t.first_seen == now for t in new)
+        book = taken
+    assert [t.id for t in book.ended] == [str(t) for t in range(1, 251)]
     ahead.close()
 
 

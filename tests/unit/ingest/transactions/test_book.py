@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,10 @@ from ingest.transactions import (
     OnTimeout,
     PartitionTail,
     TransactionBook,
+    TransactionMarker,
+    TxnState,
 )
+from ingest.transactions.book import BuiltEnds, build_ends
 from tests.unit.ingest.transactions.support import begin, end, seen
 
 WAIT, PUBLISH = OnTimeout.WAIT, OnTimeout.PUBLISH
@@ -158,6 +162,78 @@ def test_ranks_beyond_the_end_count_do_not_complete_a_transaction() -> None:
     book = TransactionBook().add_markers([end("T1", 2)], 0).add_events({"T1": seen([1, 7])}, 0)
 
     assert published(book, 1) == ()
+
+
+def built(
+    markers: list[TransactionMarker], collections: frozenset[str] | None, first_seen: float
+) -> BuiltEnds:
+    states, ids = build_ends(markers, collections, first_seen)
+    return BuiltEnds(states, ids, collections)
+
+
+def test_states_built_ahead_are_taken_as_built_when_the_book_names_none_of_them() -> None:
+    """Built when read (first seen then, before the batch's ``now``), as add_markers builds
+    them otherwise."""
+    book = TransactionBook(collections=("public.acct",))
+    ends = [end("T1", 3, ("public.acct", 2), ("public.other", 1)), end("T2", 1, ts_ms=4)]
+
+    taken = book.add_built(ends, built(ends, frozenset(["public.acct"]), 5), now=9)
+
+    assert taken.ended == tuple(s._replace(first_seen=5) for s in book.add_markers(ends, 9).ended)
+    assert [(s.id, s.expected, s.first_seen) for s in taken.ended] == [("T1", 2, 5), ("T2", 1, 5)]
+
+
+@pytest.mark.parametrize("case", ["other collections", "an END twice"])
+def test_states_built_for_another_book_or_naming_one_twice_are_not_taken(case: str) -> None:
+    """The markers are taken in as add_markers takes them, first seen ``now``."""
+    book = TransactionBook(collections=("public.acct",))
+    ends = [end("T1", 2, ("public.acct", 2)), end("T2", 1, ("public.acct", 1))]
+    wanted: frozenset[str] | None = frozenset(["public.acct"])
+    if case == "other collections":
+        wanted = None
+    else:
+        ends.append(ends[0])
+
+    taken = book.add_built(ends, built(ends, wanted, 5), now=9)
+
+    assert taken == book.add_markers(ends, 9)
+    assert [s.first_seen for s in taken.ended] == [9, 9]
+
+
+@pytest.mark.parametrize("case", ["END-known", "open", "late", "recent"])
+def test_states_built_ahead_give_way_where_the_book_names_their_transaction(case: str) -> None:
+    """The END of a transaction the book names is taken in as add_markers takes it; the
+    others as built (first seen 5, when read)."""
+    book = TransactionBook(collections=("public.acct",))
+    if case == "END-known":
+        book = book.add_markers([end("T2", 1, ("public.acct", 1))], now=1)
+    elif case == "open":
+        book = book.add_events({"T2": seen([1])}, now=1)
+    else:
+        book = book.add_events({"T2": seen([1])}, now=1)
+        on_timeout = PUBLISH if case == "late" else WAIT
+        book = book.apply(book.decide(1_000, 1.0, on_timeout))
+        if case == "recent":
+            book = book.add_markers([end("T2", 1, ("public.acct", 1))], now=1)
+            book = book.apply(book.decide(1_000, 1.0, WAIT))
+    named = {
+        "END-known": [t.id for t in book.ended],
+        "open": [t.id for t in book.open],
+        "late": [t.id for t in book.late],
+        "recent": list(book.recent),
+    }
+    assert named[case] == ["T2"]
+    ends = [end(t, 1, ("public.acct", 1)) for t in ("T1", "T2", "T3")]
+
+    taken = book.add_built(ends, built(ends, frozenset(["public.acct"]), 5), now=9)
+
+    expected = book.add_markers(ends, 9)
+    assert taken == replace(expected, ended=tuple(_seen_at(5, t, "T2") for t in expected.ended))
+    assert {"T1", "T3"} <= {t.id for t in taken.ended}
+
+
+def _seen_at(first_seen: float, state: TxnState, but: str) -> TxnState:
+    return state if state.id == but else state._replace(first_seen=first_seen)
 
 
 def test_only_the_jobs_tables_are_awaited() -> None:

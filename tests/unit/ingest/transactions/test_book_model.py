@@ -14,13 +14,16 @@ from hypothesis import strategies as st
 
 from ingest.transactions import (
     Decision,
+    MarkerStatus,
     OnTimeout,
     PartitionTail,
     TransactionBook,
     TransactionMarker,
     TxnEvents,
+    TxnState,
 )
 from ingest.transactions import book as book_module
+from ingest.transactions.book import BuiltEnds, build_ends
 from tests.unit.ingest.transactions.support import begin, end
 
 TABLES = ("public.a", "public.b", "public.c")
@@ -60,6 +63,10 @@ def sources(draw: st.DrawFn) -> Source:
         if draw(st.booleans()):  # a commit position (PostgreSQL ids carry one; others not)
             marker = marker._replace(position=f"{len(source.markers):032x}")
         source.markers += [begin(txn), marker]
+    ends = [m for m in source.markers if m.status is MarkerStatus.END]
+    for repeated in draw(st.lists(st.sampled_from(ends), max_size=2)):  # a producer's retry
+        at = draw(st.integers(source.markers.index(repeated) + 1, len(source.markers)))
+        source.markers.insert(at, repeated)
     return source
 
 
@@ -97,7 +104,10 @@ class Run:
 
     def batch(self, cut: dict[object, int], now: float, hold: float, on: OnTimeout) -> None:
         start = {p: self.read.get(p, 0) for p in cut}
-        self.book = self.book.add_markers(self.source.markers[start["txn"] : cut["txn"]], now)
+        markers = self.source.markers[start["txn"] : cut["txn"]]
+        added = self.book.add_markers(markers, now)
+        assert _added_as_built(self.book, markers, now) == added
+        self.book = added
         chunks = {p: self.source.partitions[p][start[p] : cut[p]] for p in PARTITIONS}
         tails = {
             p: _tail(p, chunk, self.source.partitions[p][cut[p] :]) for p, chunk in chunks.items()
@@ -123,6 +133,23 @@ class Run:
 
     def complete(self, txn: str) -> bool:
         return len(self.delivered.get(txn, ())) == self.source.events[txn]
+
+
+def _added_as_built(
+    book: TransactionBook, markers: list[TransactionMarker], now: float
+) -> TransactionBook:
+    """``book`` with ``markers`` taken in by :meth:`TransactionBook.add_built`, their states
+    built ahead as a read-ahead builds them (split in two runs, as read in chunks)."""
+    wanted = None if book.collections is None else frozenset(book.collections)
+    ends = [m for m in markers if m.status is MarkerStatus.END]
+    half = len(markers) // 2
+    states: list[TxnState] = []
+    ids = frozenset[str]()
+    for run in (markers[:half], markers[half:]):
+        run_states, run_ids = build_ends(run, wanted, now)
+        states += run_states
+        ids |= run_ids
+    return book.add_built(ends, BuiltEnds(states, ids, wanted), now)
 
 
 def _tail(partition: tuple[str, int], chunk: list[Event], rest: list[Event]) -> PartitionTail:
