@@ -333,10 +333,11 @@ class TransactionBook:
         self, markers: Sequence[TransactionMarker], built: BuiltEnds, now: float
     ) -> TransactionBook:
         """:meth:`add_markers` of a batch's END markers whose states were built before the
-        batch asked (``built``, see :class:`BuiltEnds`): the book with them appended as they
-        are when the book names none of them, they name each transaction once and were built
-        for the book's collections; else :meth:`add_markers` of ``markers`` (the states then
-        first seen ``now``).
+        batch asked (``built``, see :class:`BuiltEnds`): the states appended as built where
+        the book names none of their transactions, those it names taken in as
+        :meth:`add_markers` takes them (:meth:`_add_meeting`). When a transaction is named
+        twice among ``markers`` or the states were built for other collections than the
+        book's: :meth:`add_markers` of ``markers`` (every state then first seen ``now``).
 
         Why: building the states was ~28 ms of a batch's start, in the gap between two
         batches, where the driver's CPU costs the most wall time; built on the read-ahead's
