@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, NamedTuple, TypeVar
@@ -303,31 +304,10 @@ class TransactionBook:
         """The book with the END markers of a batch (in topic order) taken in; BEGIN markers
         and ENDs of transactions already known to be ended or published are ignored."""
         wanted = None if self.collections is None else frozenset(self.collections)
-        ended, open_ = list(self.ended), {t.id: t for t in self.open}
-        late = {t.id: t for t in self.late}
-        known = {t.id for t in self.ended} | set(self.recent)
-        shapes: dict[tuple[tuple[str, int], ...], _Shape] = {}
-        end_status = MarkerStatus.END  # a local: an enum member looked up per marker took 0.14 us
-        for marker in markers:
-            status, txn, count, collections, ts_ms, position = marker
-            if status is not end_status or txn in known:
-                continue
-            if txn in late:
-                late[txn] = late[txn].end(marker, wanted)
-                continue
-            known.add(txn)
-            state = open_.pop(txn, None)
-            shape = shapes.get(collections)
-            if state is not None:
-                ended.append(state.end(marker, wanted))
-            elif shape is None:
-                ended.append(_ended(marker, wanted, now, shapes))
-            else:  # _ended inlined for the common END: tens of thousands a batch
-                fields = (txn, now, 0, True, count, *shape, ts_ms, position, None, None)
-                ended.append(_new_state(TxnState, fields))
-        return replace(
-            self, ended=tuple(ended), open=tuple(open_.values()), late=tuple(late.values())
-        )
+        end_status = MarkerStatus.END
+        ends = [marker for marker in markers if marker[0] is end_status]
+        states, ids = build_ends(ends, wanted, now)
+        return self._take_ends(ends, states, ids, wanted)
 
     def add_built(
         self, markers: Sequence[TransactionMarker], built: BuiltEnds, now: float
@@ -335,9 +315,9 @@ class TransactionBook:
         """:meth:`add_markers` of a batch's END markers whose states were built before the
         batch asked (``built``, see :class:`BuiltEnds`): the states appended as built where
         the book names none of their transactions, those it names taken in as
-        :meth:`add_markers` takes them (:meth:`_add_meeting`). When a transaction is named
-        twice among ``markers`` or the states were built for other collections than the
-        book's: :meth:`add_markers` of ``markers`` (every state then first seen ``now``).
+        :meth:`add_markers` takes them. When a transaction is named twice among ``markers``
+        or the states were built for other collections than the book's: :meth:`add_markers`
+        of ``markers`` (every state then first seen ``now``).
 
         Why: building the states was ~28 ms of a batch's start, in the gap between two
         batches, where the driver's CPU costs the most wall time; built on the read-ahead's
@@ -347,39 +327,47 @@ class TransactionBook:
         states, ids = built.states, built.ids
         if built.collections != wanted or not len(states) == len(ids) == len(markers):
             return self.add_markers(markers, now)
+        return self._take_ends(markers, states, ids, wanted)
+
+    def _take_ends(
+        self,
+        ends: Sequence[TransactionMarker],
+        states: Sequence[TxnState],
+        ids: frozenset[str],
+        wanted: frozenset[str] | None,
+    ) -> TransactionBook:
+        """The book with ``ends`` (END markers, in topic order) taken in, ``states`` their
+        states as :func:`build_ends` built them (``ids``: their set). Those the book does not
+        name, in one step; the few it names (``meeting``: a transaction a batch's events left
+        open before its END came, a late one, an END already known or published) and those
+        named twice, one by one: an END-known or published one ignored, a late one ended, an
+        open one ended from its state, a new one as built (once)."""
         named = {t.id for t in (*self.ended, *self.open, *self.late)}
         named.update(self.recent)
         meeting = ids & named
+        if len(ids) < len(states):  # an END read twice: its second is ignored
+            counts = Counter(state.id for state in states)
+            meeting |= {txn for txn, count in counts.items() if count > 1}
         if not meeting:
             return replace(self, ended=self.ended + tuple(states))
-        return self._add_meeting(markers, states, meeting, wanted)
-
-    def _add_meeting(
-        self,
-        markers: Sequence[TransactionMarker],
-        states: Sequence[TxnState],
-        meeting: frozenset[str],
-        wanted: frozenset[str] | None,
-    ) -> TransactionBook:
-        """:meth:`add_built` where the book names some of the markers' transactions
-        (``meeting``; each marker names one transaction once): those are taken in as
-        :meth:`add_markers` takes them, the others as built. Common: a batch's events of a
-        transaction whose END the next batch reads leave it open in the book."""
-        ended: list[TxnState | None] = list(states)
+        taken: list[TxnState | None] = list(states)
         open_, late = {t.id: t for t in self.open}, {t.id: t for t in self.late}
         known = {t.id for t in self.ended} | set(self.recent)
         for at in [i for i, state in enumerate(states) if state[0] in meeting]:
-            marker = markers[at]
+            marker = ends[at]
             txn = marker.id
-            if txn in known:  # END-known or published already: ignored, as add_markers does
-                ended[at] = None
+            if txn in known:
+                taken[at] = None
             elif txn in late:
-                late[txn], ended[at] = late[txn].end(marker, wanted), None
+                late[txn], taken[at] = late[txn].end(marker, wanted), None
             else:
-                ended[at] = open_.pop(txn).end(marker, wanted)
+                known.add(txn)
+                state = open_.pop(txn, None)
+                if state is not None:
+                    taken[at] = state.end(marker, wanted)
         return replace(
             self,
-            ended=self.ended + tuple([t for t in ended if t is not None]),
+            ended=self.ended + tuple([t for t in taken if t is not None]),
             open=tuple(open_.values()),
             late=tuple(late.values()),
         )

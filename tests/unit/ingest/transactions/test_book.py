@@ -129,6 +129,21 @@ def test_late_events_of_a_timed_out_transaction_are_published_at_once_and_named_
     assert book.summary()["transactions"] == 0
 
 
+def test_the_end_of_a_transaction_published_before_its_end_tells_when_it_is_whole() -> None:
+    """Timed out while open (no END yet), published incomplete: its END, read later, gives
+    the count its late events are checked against; whole at last, it is forgotten."""
+    book = TransactionBook().add_events({"T1": seen([1])}, now=0)
+    book = book.apply(book.decide(HOLD, HOLD, PUBLISH))
+    assert book.late[0].expected is None
+
+    book = book.add_markers([end("T1", 2)], HOLD + 1)
+    assert book.late[0].ended and book.late[0].expected == 2 and book.ended == ()
+
+    book = book.add_events({"T1": seen([2])}, HOLD + 2)
+    book = book.apply(book.decide(HOLD + 2, HOLD, PUBLISH))
+    assert book.late == () and "T1" in book.recent
+
+
 def test_open_transactions_time_out_too_with_publish() -> None:
     """The transaction topic not subscribed: nothing ever ends, events are published when the
     hold runs out, named as exceptions, and the watermark does not move."""
