@@ -23,9 +23,10 @@ same tables scale. If the function finds the decision stale it raises SQLSTATE `
 changes nothing; the commit then decides again *under* the locks, in a transaction that takes
 them first (``SELECT ... FOR UPDATE``; under READ COMMITTED every later statement takes a fresh
 snapshot, so what it reads is exactly the state it builds on) and publishes through the same
-function. Schema changes and reset ops (compaction, update) always take that locked path:
-snapshot expiry rewrites the chains they build on in place, which the function could not
-detect (see Committer._decided_under_locks). The primary key
+function. Schema changes always take that locked path, and so does a reset op (compaction,
+update) that finds something landed since its base: snapshot expiry rewrites the chains such a
+decision builds on in place, which the function could not detect (see _Publication._landed).
+The primary key
 ``(table_id, partition_desc, version)`` remains a backstop: a client that skipped both could not
 publish the same version twice.
 
@@ -211,17 +212,14 @@ class Committer:
             return self._attempt(_Publication(conn, request, metas, commit_id, locked=True))
 
     def _decided_under_locks(self, request: CommitRequest) -> bool:
-        """Whether a commit must decide under the head locks: ``publish_commit`` could not tell
-        that its decision went stale.
+        """Whether a commit must decide under the head locks from the start: a schema change,
+        which the lock serialises with other schema changes.
 
-        A schema change is serialised with other schema changes by the lock. A reset op
-        (compaction, update) builds its decision from the partition's snapshot - the files of its
-        base chain, and for a reorder the commit ids of what landed since - and snapshot expiry
-        rewrites those rows in place, under the head lock, without a new version: a decision read
-        before such a rewrite would name commit rows that are gone. Appends and merges name only
-        their own commit row, and the function takes their chain's start from the head it locks.
+        A reset op (compaction, update) tries without them, and goes under them when something
+        landed since its base (see _Publication._landed): only then would its decision rest on
+        rows that snapshot expiry rewrites in place without a new version.
         """
-        return any(tc.evolve_to is not None or tc.op.resets_snapshot for tc in request.tables)
+        return any(tc.evolve_to is not None for tc in request.tables)
 
     # -- prepare -----------------------------------------------------------------------------
 
@@ -493,9 +491,21 @@ class _Publication:
     def _landed(
         self, tc: TableCommit, table: _TableHead, heads: Mapping[str, PartitionHead | None]
     ) -> dict[str, list[conflicts.Landed]]:
+        """What landed on each partition since the commit's base version.
+
+        A reset op that finds something landed decides under the locks (``_Stale`` when it
+        read without them): its decision would rest on the base snapshot below the head and,
+        for a reorder, on the commit ids of what landed - rows that snapshot expiry rewrites in
+        place, under the head lock, without a new version ``publish_commit`` could check. With
+        nothing landed it rests on the head alone: the head's live files, which expiry never
+        changes (a restarted chain names the same files), read in one statement, and the
+        function's check that the head is still the partition's latest (``expect``).
+        """
         base = tc.base_version
         if base is None or not any(h and h.table_version > base for h in heads.values()):
             return {}
+        if tc.op.resets_snapshot and not self.locked:
+            raise _Stale(f"{tc.table!r} moved since the base of a {tc.op.value}")
         rows = self.conn.execute(
             query("landed_since"),
             {"table_id": self.metas[tc.table].table_id, "descs": list(heads), "base": base},

@@ -66,11 +66,9 @@ def cdc_table(catalog: Catalog):
 PAIRS = [(m, t) for m in (A, C, U, M) for t in (A, C, U, M)]
 #: When their commit lands: before mine reads anything, or while mine decides without locks -
 #: after its reads, before its publish_commit - so that mine's decision goes stale and must be
-#: made again under the locks (catalog.committer). Reset ops (C, U) decide under the locks from
-#: the start: they have no such window.
-CASES = [(m, t, "landed-before") for m, t in PAIRS] + [
-    (m, t, "landed-while-deciding") for m, t in PAIRS if not m.resets_snapshot
-]
+#: made again under the locks (catalog.committer). A reset op (C, U) decides without them too
+#: when nothing landed since its base, as here until theirs lands in that window.
+CASES = [(m, t, when) for m, t in PAIRS for when in ("landed-before", "landed-while-deciding")]
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ ones fail naming the horizon, rows shrink, keys stay where a writer needs them."
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import uuid
@@ -12,7 +13,7 @@ import pytest
 
 from catalog import Catalog, CommitConflict, CommitOp, ConflictKind, IdempotencyKey, committer
 from catalog.errors import MaintenanceConfigError, VersionExpiredError, VersionNotFoundError
-from tests.fixtures.commits import adds, rewrite
+from tests.fixtures.commits import adds, landing_while_deciding, rewrite
 from tests.fixtures.compaction import compact_all, every_version, rows_at
 from tests.integration.maintenance.support import plan_files, row_counts, snapshot_everything
 
@@ -178,6 +179,45 @@ def test_expiry_while_a_reordered_compaction_decides(catalog: Catalog, monkeypat
     table.commit(CommitOp.APPEND, [adds("", "e")])
     assert plan_files(table, 6) == [
         ("", ("ab.parquet", "c.parquet", "d.parquet", "e.parquet"), False)
+    ]
+
+
+@pytest.mark.parametrize("when", ["before-its-snapshot", "before-its-publish"])
+def test_expiry_while_an_update_decides_without_the_locks(catalog: Catalog, monkeypatch, when):
+    """An update on the head with nothing landed since its base decides without the locks.
+    Expiry restarts the chain of that head meanwhile - between the read of the head and of its
+    snapshot, or before the publish - without a new version: the update still lands the head's
+    whole file set less what it rewrote, and the retained head reads as before."""
+    table = catalog.create_table("logs.events", SCHEMA)
+    for name in ("a", "b", "c", "d"):
+        table.commit(CommitOp.APPEND, [adds("", name)])
+    base = table.current_version()
+    head = plan_files(table, base)
+    expiry: list[object] = []
+
+    def expire() -> None:
+        expiry.append(table.expire_versions(older_than=ZERO, retain_last=1))
+
+    if when == "before-its-snapshot":
+        read_snapshots = committer.load_snapshots
+
+        def expiry_strikes_first(*args, **kwargs):
+            if not expiry:
+                expire()
+            return read_snapshots(*args, **kwargs)
+
+        monkeypatch.setattr(committer, "load_snapshots", expiry_strikes_first)
+        window: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    else:
+        window = landing_while_deciding(expire)
+    with window:
+        result = table.commit(CommitOp.UPDATE, [rewrite("", ["a"], ["a2"])], base_version=base)
+
+    assert expiry[0].horizon == base and expiry[0].partition_rows_removed > 0
+    assert result.version_of("logs.events") == base + 1
+    assert plan_files(table, base) == head
+    assert plan_files(table, base + 1) == [
+        ("", ("b.parquet", "c.parquet", "d.parquet", "a2.parquet"), False)
     ]
 
 
