@@ -26,9 +26,8 @@ snapshot, so what it reads is exactly the state it builds on) and publishes thro
 function. Schema changes always take that locked path, and so does a reset op (compaction,
 update) that finds something landed since its base: snapshot expiry rewrites the chains such a
 decision builds on in place, which the function could not detect (see _Publication._landed).
-The primary key
-``(table_id, partition_desc, version)`` remains a backstop: a client that skipped both could not
-publish the same version twice.
+The primary key ``(table_id, partition_desc, version)`` remains a backstop: a client that
+skipped both could not publish the same version twice.
 
 With the matrix's "retry" case (append after append) done as a rebase onto what landed,
 concurrent appends never fail and never lose a commit. The retry loop around the whole protocol
