@@ -16,8 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, RetryPolicy, StoreSettings
+from catalog import Catalog, CommitOp, RetryPolicy, StoreSettings
 from catalog.errors import CommitConflict, ConflictKind, VersionExpiredError
+from tests.fixtures.commits import adds, rewrite
 from tests.fixtures.compaction import compact_all, files_on_disk, rows_at
 from tests.integration.maintenance.support import row_counts
 
@@ -165,4 +166,67 @@ def test_maintenance_under_writers_and_compaction_keeps_every_retained_version(
     referenced = {f.path for v in range(horizon, latest + 1) for f in table.plan(version=v).files}
     assert files_on_disk(table) == referenced
     assert row_counts(cat)["table_version"] == RETAIN
+    cat.close()
+
+
+UPDATERS, ROUNDS = 4, 40
+
+
+def test_updates_decided_without_the_locks_while_expiry_loops_lose_nothing(
+    catalog_dsn: str, warehouse: Path
+):
+    """Four writers, each on its own bucket, append a file and then rewrite one of their files
+    (an update with nothing landed on its bucket since its base: decided without the head
+    locks), while expiry restarts the chains they build on, in a loop, keeping two versions.
+    Every update lands, and each bucket holds exactly the files its writer left."""
+    cat = Catalog.connect(
+        catalog_dsn,
+        warehouse=warehouse,
+        settings=StoreSettings(pool_size=8, lock_timeout_ms=20_000),
+        retry=RetryPolicy(attempts=10, base_delay=0.005, max_delay=0.2, deadline=60),
+    )
+    table = cat.create_table(
+        "shop.orders", pa.schema([("id", pa.int64())]), primary_key=["id"], hash_buckets=UPDATERS
+    )
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    left: dict[str, set[str]] = {}
+    expired = [0]
+
+    def updater(n: int) -> None:
+        rng, bucket, live = random.Random(n), f"bucket={n:04d}", set[str]()
+        try:
+            for i in range(ROUNDS):
+                table.commit(CommitOp.APPEND, [adds(bucket, f"w{n}-a{i}")])
+                live.add(f"w{n}-a{i}")
+                base = table.current_version()
+                old = rng.choice(sorted(live))
+                table.commit(
+                    CommitOp.UPDATE, [rewrite(bucket, [old], [f"w{n}-u{i}"])], base_version=base
+                )
+                live = (live - {old}) | {f"w{n}-u{i}"}
+        except BaseException as exc:
+            errors.append(exc)
+        left[bucket] = live
+
+    def expire() -> None:
+        expired[0] += table.expire_versions(
+            older_than=dt.timedelta(0), retain_last=2
+        ).partition_rows_removed
+
+    expiry = threading.Thread(target=_loop, args=(stop, errors, expire), daemon=True)
+    writers = [threading.Thread(target=updater, args=(n,)) for n in range(UPDATERS)]
+    for t in [expiry, *writers]:
+        t.start()
+    for t in writers:
+        t.join(timeout=300)
+    stop.set()
+    expiry.join(timeout=60)
+
+    assert not errors, errors
+    assert expired[0] > 0  # expiry did restart chains while the updates ran
+    assert table.current_version() == UPDATERS * ROUNDS * 2
+    found = {p.partition_desc: {f.path.removesuffix(".parquet") for f in p.files}
+             for p in table.plan().partitions}  # fmt: skip
+    assert found == left
     cat.close()
