@@ -30,6 +30,16 @@ NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 GRACE = dt.timedelta(seconds=2)  # vacuum threshold: far above a writer's write -> prepare time
 
 
+def _busy_catalog(dsn: str, warehouse: Path, *, pool_size: int) -> Catalog:
+    """A catalog for many threads at once: a connection each, patient with locks and retries."""
+    return Catalog.connect(
+        dsn,
+        warehouse=warehouse,
+        settings=StoreSettings(pool_size=pool_size, lock_timeout_ms=20_000),
+        retry=RetryPolicy(attempts=10, base_delay=0.005, max_delay=0.2, deadline=60),
+    )
+
+
 def _writer(table, n: int, rng: random.Random) -> None:
     for i in range(COMMITS_EACH):
         # mostly recent days; now and then an old one that TTL (7 days) drops again
@@ -60,12 +70,7 @@ def _loop(stop: threading.Event, errors: list[BaseException], body: Callable[[],
 def test_maintenance_under_writers_and_compaction_keeps_every_retained_version(
     catalog_dsn: str, warehouse: Path
 ):
-    cat = Catalog.connect(
-        catalog_dsn,
-        warehouse=warehouse,
-        settings=StoreSettings(pool_size=10, lock_timeout_ms=20_000),
-        retry=RetryPolicy(attempts=10, base_delay=0.005, max_delay=0.2, deadline=60),
-    )
+    cat = _busy_catalog(catalog_dsn, warehouse, pool_size=10)
     table = cat.create_table(
         "logs.daily",
         SCHEMA,
@@ -179,12 +184,7 @@ def test_updates_decided_without_the_locks_while_expiry_loops_lose_nothing(
     (an update with nothing landed on its bucket since its base: decided without the head
     locks), while expiry restarts the chains they build on, in a loop, keeping two versions.
     Every update lands, and each bucket holds exactly the files its writer left."""
-    cat = Catalog.connect(
-        catalog_dsn,
-        warehouse=warehouse,
-        settings=StoreSettings(pool_size=8, lock_timeout_ms=20_000),
-        retry=RetryPolicy(attempts=10, base_delay=0.005, max_delay=0.2, deadline=60),
-    )
+    cat = _busy_catalog(catalog_dsn, warehouse, pool_size=8)
     table = cat.create_table(
         "shop.orders", pa.schema([("id", pa.int64())]), primary_key=["id"], hash_buckets=UPDATERS
     )
