@@ -692,26 +692,23 @@ class BuiltEnds(NamedTuple):
 
 
 def build_ends(
-    ends: Sequence[TransactionMarker | None],
+    ends: Sequence[TransactionMarker],
     collections: frozenset[str] | None,
     first_seen: float,
 ) -> tuple[list[TxnState], frozenset[str]]:
-    """The state of the transaction of each END marker among ``ends`` (in their order; None
-    and BEGIN markers are skipped) as :meth:`TransactionBook.add_markers` builds it for one
-    the book does not name, first seen at ``first_seen`` (when the caller read them), and
-    the set of their ids. An id named twice gets a state each time
-    (:meth:`TransactionBook.add_built` then takes the markers in as add_markers does)."""
+    """The state of the transaction of each END marker of ``ends`` (END markers only, in
+    order: :meth:`TransactionBook._take_ends` pairs each state with its marker) as the book
+    builds it for one it does not name, first seen at ``first_seen`` (when the caller read
+    them), and the set of their ids. An id named twice gets a state each time (``_take_ends``
+    then takes its first END only)."""
     shapes: dict[tuple[tuple[str, int], ...], _Shape] = {}
-    end_status = MarkerStatus.END
     states: list[TxnState] = []
     append = states.append
     for marker in ends:
-        if marker is None or marker[0] is not end_status:
-            continue
         shape = shapes.get(marker[3])
         if shape is None:
             append(_ended(marker, collections, first_seen, shapes))
-        else:  # as in add_markers: tens of thousands a batch
+        else:  # _ended inlined for the common END: tens of thousands a batch
             _, txn, count, _, ts_ms, position = marker
             fields = (txn, first_seen, 0, True, count, *shape, ts_ms, position, None, None)
             append(_new_state(TxnState, fields))

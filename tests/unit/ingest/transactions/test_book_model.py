@@ -145,8 +145,9 @@ def _added_as_built(
     half = len(markers) // 2
     states: list[TxnState] = []
     ids = frozenset[str]()
-    for run in (markers[:half], markers[half:]):
-        run_states, run_ids = build_ends(run, wanted, now)
+    for run in (markers[:half], markers[half:]):  # each run's ENDs, as MarkerRun.ends_only
+        run_ends = [m for m in run if m.status is MarkerStatus.END]
+        run_states, run_ids = build_ends(run_ends, wanted, now)
         states += run_states
         ids |= run_ids
     return book.add_built(ends, BuiltEnds(states, ids, wanted), now)
