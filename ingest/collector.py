@@ -28,6 +28,7 @@ collector: both leave it as it is.
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,11 +54,16 @@ def collector_for_batches() -> Iterator[None]:
         gc.unfreeze()
 
 
+@functools.cache  # once per process: see below
 def tune_worker_collector() -> None:
     """A Spark Python worker's collector, from its first task of the job on (see the module
     docstring). Spark reuses a worker for many tasks: the first one freezes what the worker
     holds then (its imports) and the later ones find it done; nothing is handed back, as the
-    worker lives only to run tasks."""
+    worker lives only to run tasks.
+
+    Only the first task asks the collector: ``gc.get_freeze_count()`` counts the frozen
+    objects one by one (~92,000 in a worker), and in a Spark worker that took 7-26 ms each
+    time on the benchmark machine - every task paid it, ~100 ms of CPU a benchmark batch."""
     if not gc.get_freeze_count():
         _freeze()
 
