@@ -3,7 +3,9 @@
 Local mode needs a few things set before the JVM starts, each learned the hard way:
 
 * Python workers must run this interpreter (``PYSPARK_PYTHON``), or they start the system Python,
-  which lacks pyarrow, and fail with "Python worker failed to connect back";
+  which lacks pyarrow, and fail with "Python worker failed to connect back" (in local mode it
+  runs without Spark's zip of pyspark, which every process compiled anew: see
+  :mod:`ingest.spark_python`);
 * they must be able to import this project's packages (``PYTHONPATH``) when it is used from a
   checkout rather than installed: the Kafka source's classes are unpickled on the workers;
 * everything binds to loopback (``SPARK_LOCAL_IP``), and the UI is off - in local mode only: with
@@ -33,6 +35,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from ingest.spark_archive import driver_options, refused
+from ingest.spark_python import worker_python
 
 _LOCAL_CONF = {
     "spark.master": "local[2]",
@@ -107,7 +110,7 @@ def _source_path() -> str:
 
 
 def _prepare_environment(pythonpath: str, *, loopback: bool) -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = worker_python(local=loopback)
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = pythonpath
     if loopback:
