@@ -55,7 +55,7 @@ def launcher_script(python: str, dropped: list[str]) -> str:
     cases = "|".join(shlex.quote(entry) for entry in dropped)
     return f"""#!/bin/sh
 # Written by lakestream (ingest/spark_python.py): Spark's Python processes import pyspark and
-# py4j from the packages installed beside {python}, not from Spark's zips.
+# py4j from the packages installed beside the interpreter below, not from Spark's zips.
 set -f
 kept=
 first=1
