@@ -19,6 +19,7 @@ wraps whatever ``foreachBatch`` raises in its own exception).
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -221,6 +222,9 @@ class BatchSink:
         self._broker: BrokerView | None = None
         #: The tails of the next batch's likely ranges, peeked while this batch's tasks run.
         self._peeking: Future[PeekedTails] | None = None
+        #: Set when this batch's tasks have ended (or the job stops): the peek begins then at
+        #: the latest.
+        self._peek_go: threading.Event | None = None
 
     def read_ahead_first(self, start: OffsetsJson | None) -> None:
         """``transactions: consistent``: begin reading the first batch's range of the
@@ -238,6 +242,8 @@ class BatchSink:
 
     def close(self) -> None:
         """Stop reading ahead (the query has ended: no batch will use it)."""
+        if self._peek_go is not None:
+            self._peek_go.set()
         if self._prepare_pool is not None:
             self._prepare_pool.shutdown(wait=True, cancel_futures=True)
             self._prepare_pool = None
@@ -316,6 +322,8 @@ class BatchSink:
         started = time.monotonic()
         rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
         self._job_ms = round((time.monotonic() - started) * 1000)
+        if self._peek_go is not None:
+            self._peek_go.set()  # the tasks have ended: a peek still waiting begins
         reports = [read_report(row["report"], row["ranks"]) for row in rows]
         if self._txn is not None:
             self._time_read_ahead(reports)
@@ -385,14 +393,23 @@ class BatchSink:
 
     def _peek_next(self, progress: WriterProgress | None, ranges: Sequence[OffsetRange]) -> None:
         """Begin peeking the tails of the next batch's likely ranges (from where this batch's
-        ranges end) on the prepare thread, while this batch's tasks run
+        ranges end) on the prepare thread once this batch's tasks run: as long after now as
+        its read-ahead waits, or when the tasks end if sooner
         (:func:`~ingest.sink.consistent.peek_next`); the next batch's prepared start takes
         them when its ranges are the ones peeked."""
         start = _offsets_json(progress.source_offsets if progress is not None else None)
         for rng in ranges:
             start.setdefault(rng.topic, {})[str(rng.partition)] = rng.end
         pool, broker = self._prepare_thread()
-        self._peeking = pool.submit(peek_next, start, self.settings.kafka, broker)
+        self._peek_go = threading.Event()
+        self._peeking = pool.submit(
+            peek_next,
+            start,
+            self.settings.kafka,
+            broker,
+            after_s=self._read_after_s,
+            go=self._peek_go,
+        )
 
     def _prepare_next(self, request: CommitRequest, commit_id: uuid.UUID) -> None:
         """In ``transactions: consistent``, after ``request`` committed as ``commit_id``, begin

@@ -34,6 +34,7 @@ one commit, which also removes the committed held files.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -436,15 +437,31 @@ def planned_next(
     return ranges, tuple(sorted((pid.topic, pid.partition) for pid in offsets))
 
 
-def peek_next(start: OffsetsJson, kafka: SourceOptions, broker: BrokerView) -> PeekedTails:
+def peek_next(
+    start: OffsetsJson,
+    kafka: SourceOptions,
+    broker: BrokerView,
+    *,
+    after_s: float = 0.0,
+    go: threading.Event | None = None,
+) -> PeekedTails:
     """The tails of the next batch's likely ranges, from ``start`` (where this batch ends),
-    peeked while this batch's tasks run.
+    peeked while this batch's tasks run: ``after_s`` from now, or once ``go`` is set (the
+    tasks have ended, or the job stops), whichever comes first.
 
-    Why: the peek (a consumer, one or two fetch rounds) took 25-60 ms in the gap between two
-    batches, when Spark waits for nothing else of the driver. The records a tail names do not
-    change once written; a record after a range that the broker lacked when peeked is simply
-    not named (as when peeked later, a moment before it came), and the tasks' masks check the
-    candidates in any case (:meth:`BatchTransactions.decide`)."""
+    Why while the tasks run: the peek (a consumer, one or two fetch rounds) took 25-60 ms in
+    the gap between two batches, when Spark waits for nothing else of the driver. The records
+    a tail names do not change once written; a record after a range that the broker lacked
+    when peeked is simply not named (as when peeked later, a moment before it came), and the
+    tasks' masks check the candidates in any case (:meth:`BatchTransactions.decide`).
+
+    Why not at once: begun with the batch, it ran beside the batch's own start (the plan's
+    catalog reads, ``mapInArrow``), serial work up to the first task, and made it ~9-15 ms
+    longer a batch in the benchmark (the plan 17-30 ms against 11 with the peek begun later;
+    bench/RESULTS.md, source transactions, run 25). The caller gives the read-ahead's wait
+    (:func:`read_ahead_next`), which is how long the batch before took to start its tasks."""
+    if go is not None and after_s > 0:
+        go.wait(after_s)
     started = time.monotonic()
     ranges, partitions = planned_next(start, kafka, broker)
     tails = partition_tails(ranges, partitions, kafka)

@@ -6,6 +6,9 @@ batch before ran (``peek_next``) give the same start, and are not taken for othe
 from __future__ import annotations
 
 import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -141,4 +144,34 @@ def test_tails_peeked_during_the_batch_before_give_the_start_peeked_now(kafka, b
     stale = prepared(replace(peeked, ranges=shorter, tails=idle)).txn
     assert stale.candidates == now.candidates and "tails_ms" in stale.timings
     assert prepared(replace(peeked, tails=idle)).txn.candidates == ()  # as it would be, if taken
+    broker.close()
+
+
+def test_a_peek_told_to_wait_begins_when_the_tasks_end_or_its_time_comes(kafka, bank: Bank) -> None:
+    """The batch begins its peek with its start and tells it to wait as long as its tasks
+    take to start; the end of the tasks (``go``) begins a peek still waiting at once."""
+    options = SourceOptions(
+        kafka_config={"bootstrap.servers": kafka.bootstrap_servers}, max_offsets_per_trigger=LIMIT
+    )
+    parts = ((bank.topics.accounts, 3), (bank.topics.audit, 2), (bank.topics.transaction, 1))
+    start = {topic: {str(p): 0 for p in range(n)} for topic, n in parts}
+    broker = BrokerView(options.kafka_config, STARTUP_CHECK)
+    now = peek_next(start, options, broker)
+    with ThreadPoolExecutor(1) as pool:
+        go = threading.Event()
+        began = time.monotonic()
+        waiting = pool.submit(peek_next, start, options, broker, after_s=30.0, go=go)
+        time.sleep(0.3)
+        assert not waiting.done()  # still waiting: nothing asked of the broker yet
+        go.set()
+        told = waiting.result(timeout=10)
+        assert time.monotonic() - began < 10
+        began = time.monotonic()
+        timed = pool.submit(peek_next, start, options, broker, after_s=0.4, go=threading.Event())
+        on_its_own = timed.result(timeout=10)
+        took_ms = (time.monotonic() - began) * 1000
+    assert took_ms >= 400
+    assert on_its_own.peeked_ms <= took_ms - 400 + 1  # the wait is not the peek's time
+    for peeked in (told, on_its_own):
+        assert peeked.ranges == now.ranges and peeked.tails == now.tails
     broker.close()
