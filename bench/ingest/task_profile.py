@@ -172,7 +172,7 @@ def _stages(
 def _run(batches: Sequence[pa.RecordBatch], plan: SinkPlan) -> TaskReport:
     out: Iterator[pa.RecordBatch] = write_task(iter(batches), plan)
     row = next(out)
-    return read_report(row.column("report")[0].as_py(), row.column("ranks")[0].as_py())
+    return read_report(*(row.column(c)[0].as_py() for c in ("report", "ranks", "placed")))
 
 
 def _dead_letter_meta(catalog: Catalog, name: str) -> TableMeta:

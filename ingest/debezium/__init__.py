@@ -23,7 +23,7 @@ from ingest.debezium.errors import (
     DebeziumError,
     DecoderConfigError,
 )
-from ingest.debezium.fastpath import TransactionBlock
+from ingest.debezium.fastpath import BlockText, TransactionBlock
 from ingest.debezium.layout import LOGICAL_KEY
 from ingest.debezium.model import (
     DeadLetter,
@@ -39,6 +39,7 @@ __all__ = [
     "LOGICAL_KEY",
     "SEQ_COLUMN",
     "SEQ_WIDTH",
+    "BlockText",
     "DeadLetter",
     "DeadLetterReason",
     "DebeziumError",

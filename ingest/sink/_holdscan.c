@@ -1,24 +1,38 @@
-/* The per-record loops of `transactions: consistent` in C: the tasks' per-event hold (`scan`,
- * below) and the driver's END markers (`ends`, further down).
+/* The per-record loops of `transactions: consistent` in C: the tasks' per-event hold (`Scanner`
+ * over a `PublishIndex`, below) and the driver's END markers (`ends`, further down).
  *
- * `HeldSplit.fast_py` (ingest/sink/held.py) is the reference: this does exactly what its loop
- * does, for the events whose block is the common shape (an ASCII string id, an int rank in
- * 1..limit), and hands every other event back to Python as "odd", which reads it as before.
- * Why C: the loop runs once for every change event a task reads; in Python it cost ~0.4 us an
- * event, a tenth of a consistent task's decode, here ~0.12 (bench/RESULTS.md, source
- * transactions, run 14). tests/unit/ingest/sink/test_holdscan.py checks both against each other.
+ * `HeldSplit.fast_py` (ingest/sink/held.py) is the reference of the hold: a Scanner does
+ * exactly what its loop does for the events whose block is the common shape (a JSON object
+ * whose "id" is a non-empty string of printable ASCII without escapes and whose "total_order"
+ * is a plain integer in 1..limit, each once), and hands every other event back to Python as
+ * "odd", which reads it as the reference does. tests/unit/ingest/sink/test_holdscan.py checks
+ * the two against each other.
  *
- * scan(blocks, publish, txn, extends, mask, holding, limit)
- *     -> (held, odd, run_ids, run_masks, txn, extends, mask, holding)
+ * Why C, and why these shapes: the loop runs once for every change event a task reads. Reading
+ * each event's block as a msgspec struct and the struct's fields here cost ~300 ns an event in
+ * the benchmark's tasks, and every run of a transaction's events (~2.3 events in the benchmark:
+ * a transaction's events are spread over the partitions) made a str of its id, looked it up in
+ * a frozenset of ~20,000 ids and appended it and a Python int to two lists. Here the block is
+ * read from the raw bytes msgspec hands over (`msgspec.Raw`), the id is compared and looked up
+ * as bytes, and a run of a transaction the batch publishes directly (a "candidate") is kept as
+ * its position in the batch's list of candidates and a 64-bit mask in two C arrays: no Python
+ * object for it at all (bench/RESULTS.md, source transactions, run 25).
  *
- * blocks   the fast path's TransactionBlock (or None) of each event, in offset order
- * publish  the frozenset of transaction ids the batch publishes
- * txn, extends, mask, holding
- *          the run under way (HeldSplit._run), carried from the call before
- * held     (index, transaction id, rank) of each event held
- * odd      indices of the events left to Python
- * run_ids, run_masks
- *          the runs ended in this call: a transaction id and the mask of its ranks
+ * PublishIndex(ids, candidates)
+ *     the ids a batch publishes: the first `candidates` of them are the batch's candidates in
+ *     commit order (a run of one is reported by its position), the others were published
+ *     before (a run of one is reported by its id). `position(txn)` gives the position, -1 for
+ *     a published id without one, None for an id not published (its events are held).
+ *
+ * Scanner(index, limit).scan(blocks) -> (held, odd)
+ *     blocks  each fast-path event's block, in offset order: a msgspec.Raw (empty: no block;
+ *             null: none) or None
+ *     held    (index, transaction id, rank) of each event held
+ *     odd     indices of the events left to Python
+ * Scanner.finish() -> (placed, ids, masks)
+ *     the runs ended so far and the one under way (which ends): `placed` the little-endian
+ *     uint64 masks of the candidates' runs, then their int32 positions; `ids` and `masks` the
+ *     other runs (a str id and an int mask each). A run continues across scan() calls.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,24 +42,6 @@
 #ifndef HOLDSCAN_SOURCE_SHA256
 #define HOLDSCAN_SOURCE_SHA256 "unknown"
 #endif
-
-static PyObject *name_id, *name_total_order;
-
-/* The run under way: its transaction ("" for none), the txId an id must start with to extend
- * it (None: none does), its mask (bits below 64 in `low`, the others in `high`, what the call
- * before gave in `carry`), and whether its events are held. Every object is owned. */
-typedef struct {
-    PyObject *txn;
-    PyObject *extends;
-    uint64_t low;
-    PyObject *high;
-    PyObject *carry;
-    int holding;
-} Run;
-
-typedef struct {
-    PyObject *held, *odd, *run_ids, *run_masks;
-} Out;
 
 /* str.isdecimal of an ASCII string. */
 static int
@@ -59,21 +55,6 @@ is_decimal(const char *s, Py_ssize_t n)
     return 1;
 }
 
-static PyObject *
-run_mask(const Run *run)
-{
-    PyObject *mask = PyLong_FromUnsignedLongLong(run->low);
-    PyObject *parts[2] = {run->high, run->carry};
-    for (int i = 0; i < 2 && mask != NULL; i++) {
-        if (parts[i] != NULL) {
-            PyObject *both = PyNumber_Or(mask, parts[i]);
-            Py_DECREF(mask);
-            mask = both;
-        }
-    }
-    return mask;
-}
-
 static int
 append_new(PyObject *list, PyObject *item)
 {
@@ -84,195 +65,7 @@ append_new(PyObject *list, PyObject *item)
     return failed;
 }
 
-/* The event's rank if its block is the common shape, else 0 (an odd event). */
-static long
-common_rank(PyObject *raw, PyObject *order, long limit)
-{
-    if (!PyUnicode_CheckExact(raw) || !PyUnicode_IS_ASCII(raw) || PyUnicode_GET_LENGTH(raw) == 0
-        || !PyLong_CheckExact(order))
-        return 0;
-    int overflow = 0;
-    long rank = PyLong_AsLongAndOverflow(order, &overflow);
-    if (rank == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return overflow || rank < 1 || rank > limit ? 0 : rank;
-}
-
-/* End the run under way (if any) and start the one of `txn` (a new reference, stolen). */
-static int
-start_run(Run *run, Out *out, PyObject *txn, PyObject *publish)
-{
-    if (PyUnicode_GET_LENGTH(run->txn) > 0) {
-        if (PyList_Append(out->run_ids, run->txn) < 0 || append_new(out->run_masks, run_mask(run)) < 0) {
-            Py_DECREF(txn);
-            return -1;
-        }
-    }
-    Py_SETREF(run->txn, txn);
-    run->low = 0;
-    Py_CLEAR(run->high);
-    Py_CLEAR(run->carry);
-    int published = PySet_Contains(publish, txn);
-    if (published < 0)
-        return -1;
-    run->holding = !published;
-    return 0;
-}
-
-/* normalise_id and the run's test, as fast_py has them: an id `<txId>:<lsn>` (both decimal)
- * names the transaction `txId`; an id extends the run when it starts with the run's txId and
- * the rest is `:<decimal>` or nothing. */
-static int
-follow_id(Run *run, Out *out, PyObject *raw, PyObject *publish)
-{
-    const char *id = (const char *)PyUnicode_DATA(raw);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(raw);
-    const char *colon = memchr(id, ':', (size_t)length);
-    Py_ssize_t head = colon != NULL ? colon - id : length;
-    const char *lsn = colon != NULL ? colon + 1 : id + length;
-    Py_ssize_t lsn_length = colon != NULL ? length - head - 1 : 0;
-    int lsn_ok = colon == NULL || is_decimal(lsn, lsn_length);
-    /* extends is compared byte for byte: only an ASCII one can equal an ASCII id's head */
-    if (run->extends != Py_None && lsn_ok && PyUnicode_IS_ASCII(run->extends)
-        && PyUnicode_GET_LENGTH(run->extends) == head
-        && memcmp(PyUnicode_DATA(run->extends), id, (size_t)head) == 0)
-        return 0;
-    PyObject *first, *extends;
-    if (colon != NULL && is_decimal(id, head) && is_decimal(lsn, lsn_length)) {
-        first = PyUnicode_FromStringAndSize(id, head);
-        if (first == NULL)
-            return -1;
-        extends = Py_NewRef(first);
-    } else {
-        first = Py_NewRef(raw);
-        extends = Py_NewRef(colon == NULL && is_decimal(id, length) ? raw : Py_None);
-    }
-    Py_SETREF(run->extends, extends);
-    int same = PyUnicode_Compare(first, run->txn);
-    if (same == -1 && PyErr_Occurred()) {
-        Py_DECREF(first);
-        return -1;
-    }
-    if (same == 0) {
-        Py_DECREF(first);
-        return 0;
-    }
-    return start_run(run, out, first, publish);
-}
-
-static int
-add_rank(Run *run, long rank)
-{
-    if (rank < 64) {
-        run->low |= (uint64_t)1 << rank;
-        return 0;
-    }
-    PyObject *one = PyLong_FromLong(1), *shift = PyLong_FromLong(rank), *bit = NULL;
-    if (one != NULL && shift != NULL)
-        bit = PyNumber_Lshift(one, shift);
-    Py_XDECREF(one);
-    Py_XDECREF(shift);
-    if (bit == NULL)
-        return -1;
-    if (run->high == NULL) {
-        run->high = bit;
-        return 0;
-    }
-    PyObject *both = PyNumber_Or(run->high, bit);
-    Py_DECREF(bit);
-    if (both == NULL)
-        return -1;
-    Py_SETREF(run->high, both);
-    return 0;
-}
-
-static int
-scan_event(Run *run, Out *out, Py_ssize_t at, PyObject *block, PyObject *publish, long limit)
-{
-    PyObject *raw = PyObject_GetAttr(block, name_id);
-    if (raw == NULL)
-        return -1;
-    PyObject *order = PyObject_GetAttr(block, name_total_order);
-    if (order == NULL) {
-        Py_DECREF(raw);
-        return -1;
-    }
-    long rank = common_rank(raw, order, limit);
-    Py_DECREF(order);
-    int failed;
-    if (rank == 0)
-        failed = append_new(out->odd, PyLong_FromSsize_t(at));
-    else if ((failed = follow_id(run, out, raw, publish)) == 0 && (failed = add_rank(run, rank)) == 0
-             && run->holding)
-        failed = append_new(out->held, Py_BuildValue("(nOl)", at, run->txn, rank));
-    Py_DECREF(raw);
-    return failed;
-}
-
-static PyObject *
-scan(PyObject *module, PyObject *args)
-{
-    PyObject *blocks, *publish, *txn, *extends, *mask;
-    int holding;
-    long limit;
-    if (!PyArg_ParseTuple(args, "OO!UOO!pl:scan", &blocks, &PyFrozenSet_Type, &publish, &txn,
-                          &extends, &PyLong_Type, &mask, &holding, &limit))
-        return NULL;
-    if (extends != Py_None && !PyUnicode_Check(extends))
-        return PyErr_Format(PyExc_TypeError, "scan: extends must be str or None");
-    PyObject *events = PySequence_Fast(blocks, "scan: blocks must be a sequence");
-    if (events == NULL)
-        return NULL;
-    Run run = {Py_NewRef(txn), Py_NewRef(extends), 0, NULL, Py_NewRef(mask), holding};
-    Out out = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0)};
-    PyObject *result = NULL;
-    if (out.held == NULL || out.odd == NULL || out.run_ids == NULL || out.run_masks == NULL)
-        goto done;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(events);
-    PyObject **items = PySequence_Fast_ITEMS(events);
-    for (Py_ssize_t at = 0; at < count; at++) {
-        if (items[at] != Py_None && scan_event(&run, &out, at, items[at], publish, limit) < 0)
-            goto done;
-    }
-    PyObject *final_mask = run_mask(&run);
-    if (final_mask != NULL)
-        result = Py_BuildValue("(OOOOOONO)", out.held, out.odd, out.run_ids, out.run_masks, run.txn,
-                               run.extends, final_mask, run.holding ? Py_True : Py_False);
-done:
-    Py_DECREF(events);
-    Py_XDECREF(out.held);
-    Py_XDECREF(out.odd);
-    Py_XDECREF(out.run_ids);
-    Py_XDECREF(out.run_masks);
-    Py_XDECREF(run.txn);
-    Py_XDECREF(run.extends);
-    Py_XDECREF(run.high);
-    Py_XDECREF(run.carry);
-    return result;
-}
-
-/* ---- The driver's END markers (ingest/transactions/markers.py, decode_end) ----------------
- *
- * ends(values, seen, marker_type, end_status) -> (markers, odd)
- *
- * values   records of the transaction topic (bytes or None), in offset order
- * seen     markers._SEEN_COLLECTIONS: the `data_collections` texts read before, and what they
- *          said (only read here; a text not in it leaves the record to Python)
- * markers  per record: None (a tombstone, an empty value, a BEGIN by its first bytes) or the
- *          TransactionMarker decode_end makes; the records named in `odd` hold None, to be read
- *          by decode_end in Python
- * odd      indices of the records not of the common shape: one compact or spaced JSON object
- *          of the keys status ("END"), id (printable ASCII, no escapes), event_count and ts_ms
- *          (plain integers below 10^18; ts_ms may be null or absent) and data_collections
- *          (an array or null, absent allowed), each at most once, and nothing else
- *
- * Why C: the driver decodes every END of the transaction topic (about one per 10 events in the
- * benchmark), ~2.5 us each in Python before the book takes it. */
-
-static const char BEGIN_PREFIX[] = "{\"status\":\"BEGIN\",\"id\":\"";
-#define BEGIN_LEN (sizeof(BEGIN_PREFIX) - 1)
+/* ---- Reading JSON text of the common shapes ------------------------------------------------ */
 
 typedef struct {
     const char *p, *end;
@@ -296,17 +89,23 @@ take(Cursor *c, char ch)
 }
 
 static int
-take_null(Cursor *c)
+take_word(Cursor *c, const char *word, Py_ssize_t n)
 {
-    if (c->end - c->p >= 4 && memcmp(c->p, "null", 4) == 0) {
-        c->p += 4;
+    if (c->end - c->p >= n && memcmp(c->p, word, (size_t)n) == 0) {
+        c->p += n;
         return 1;
     }
     return 0;
 }
 
+static int
+take_null(Cursor *c)
+{
+    return take_word(c, "null", 4);
+}
+
 /* A string of printable ASCII without escapes: its bytes in [*s, *s + *n). The cursor is
- * walked in a local (as in skip_array: through `c`, every step was a store to memory). */
+ * walked in a local (as in skip_nested: through `c`, every step was a store to memory). */
 static int
 plain_string(Cursor *c, const char **s, Py_ssize_t *n)
 {
@@ -345,41 +144,668 @@ plain_int(Cursor *c, long long *value)
     return 1;
 }
 
-/* Past an array starting at c->p (brackets matched, strings and their escapes skipped). The
- * text is only used if it is a key of `seen`, which msgspec read as a whole JSON value. A
- * string is crossed a closing-quote candidate at a time (memchr): a quote after an odd run of
- * backslashes is escaped. Half of the loop's time went here, a byte at a time. */
-static int
-skip_array(Cursor *c)
+/* Past the string whose opening quote is at p[-1]: a closing-quote candidate at a time
+ * (memchr); a quote after an odd run of backslashes is escaped. NULL if it never closes. */
+static const char *
+past_string(const char *p, const char *end)
+{
+    for (;;) {
+        const char *quote = memchr(p, '"', (size_t)(end - p));
+        if (quote == NULL)
+            return NULL;
+        const char *run = quote;
+        while (run > p && run[-1] == '\\')
+            run--;
+        p = quote + 1;
+        if (((quote - run) & 1) == 0)
+            return p;
+    }
+}
+
+/* Past an array or object starting at c->p (brackets matched, strings and their escapes
+ * skipped; nothing else checked: a caller uses the text only where msgspec read the whole
+ * value as JSON). Returns the closing bracket, 0 if none. Half of the END loop's time went
+ * here when it went a byte at a time through strings. */
+static char
+skip_nested(Cursor *c)
 {
     const char *p = c->p, *end = c->end;
     int depth = 0;
     while (p < end) {
         char ch = *p++;
         if (ch == '"') {
-            for (;;) {
-                const char *quote = memchr(p, '"', (size_t)(end - p));
-                if (quote == NULL)
-                    return 0;
-                const char *run = quote;
-                while (run > p && run[-1] == '\\')
-                    run--;
-                p = quote + 1;
-                if (((quote - run) & 1) == 0)
-                    break;
-            }
+            p = past_string(p, end);
+            if (p == NULL)
+                return 0;
         }
         else if (ch == '[' || ch == '{')
             depth++;
         else if (ch == ']' || ch == '}') {
             if (--depth == 0) {
                 c->p = p;
-                return ch == ']';
+                return ch;
             }
         }
     }
     return 0;
 }
+
+/* Past any one JSON value (its text as msgspec accepted it around the caller's fields). */
+static int
+skip_value(Cursor *c)
+{
+    if (c->p >= c->end)
+        return 0;
+    char ch = *c->p;
+    if (ch == '"') {
+        const char *past = past_string(c->p + 1, c->end);
+        if (past == NULL)
+            return 0;
+        c->p = past;
+        return 1;
+    }
+    if (ch == '[' || ch == '{')
+        return skip_nested(c) != 0;
+    const char *start = c->p;
+    while (c->p < c->end) {
+        ch = *c->p;
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == '-' || ch == '+'
+              || ch == '.' || ch == 'E'))
+            break;
+        c->p++;
+    }
+    return c->p > start;
+}
+
+#define IS_KEY(k, n, name) ((n) == (Py_ssize_t)sizeof(name) - 1 && memcmp((k), (name), (n)) == 0)
+
+/* ---- The hold: a batch's publish set as an index of bytes ---------------------------------- */
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t offset, length; /* the id's UTF-8 bytes in the arena */
+    long position;             /* >= 0: a candidate's; -1: published, without a position */
+    int used;
+} Slot;
+
+typedef struct {
+    PyObject_HEAD
+    Slot *slots;
+    size_t mask; /* slots - 1: a power of two at least twice the ids */
+    char *arena;
+    Py_ssize_t count, candidates;
+} PublishIndex;
+
+/* A position for "not published": the transaction's events are held. */
+#define HELD (-2L)
+
+static uint64_t
+fnv1a(const char *s, Py_ssize_t n)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static Slot *
+index_slot(const PublishIndex *index, const char *s, Py_ssize_t n, uint64_t hash)
+{
+    for (size_t at = (size_t)hash & index->mask;; at = (at + 1) & index->mask) {
+        Slot *slot = &index->slots[at];
+        if (!slot->used || (slot->hash == hash && slot->length == n
+                            && memcmp(index->arena + slot->offset, s, (size_t)n) == 0))
+            return slot;
+    }
+}
+
+static long
+index_position(const PublishIndex *index, const char *s, Py_ssize_t n)
+{
+    Slot *slot = index_slot(index, s, n, fnv1a(s, n));
+    return slot->used ? slot->position : HELD;
+}
+
+/* A str's UTF-8 bytes, lone surrogates included (ids come from JSON, which can name them):
+ * the str's own cached text where it has one (*owner NULL), else a bytes object in *owner. */
+static int
+utf8_view(PyObject *text, const char **s, Py_ssize_t *n, PyObject **owner)
+{
+    *owner = NULL;
+    *s = PyUnicode_AsUTF8AndSize(text, n);
+    if (*s != NULL)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+        return -1;
+    PyErr_Clear();
+    *owner = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (*owner == NULL)
+        return -1;
+    *s = PyBytes_AS_STRING(*owner);
+    *n = PyBytes_GET_SIZE(*owner);
+    return 0;
+}
+
+static void
+index_dealloc(PublishIndex *self)
+{
+    PyMem_Free(self->slots);
+    PyMem_Free(self->arena);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The arena's size for `ids` (all str, checked), or -1. */
+static Py_ssize_t
+index_bytes(PyObject **ids, Py_ssize_t count)
+{
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const char *s;
+        Py_ssize_t n;
+        PyObject *owner;
+        if (!PyUnicode_Check(ids[i])) {
+            PyErr_SetString(PyExc_TypeError, "PublishIndex: ids must be str");
+            return -1;
+        }
+        if (utf8_view(ids[i], &s, &n, &owner) < 0)
+            return -1;
+        Py_XDECREF(owner);
+        total += n;
+    }
+    return total;
+}
+
+static int
+index_fill(PublishIndex *self, PyObject **ids, Py_ssize_t count)
+{
+    Py_ssize_t total = index_bytes(ids, count);
+    if (total < 0)
+        return -1;
+    size_t size = 8;
+    while (size < 2 * (size_t)count)
+        size <<= 1;
+    self->slots = PyMem_Calloc(size, sizeof(Slot));
+    self->arena = PyMem_Malloc((size_t)total + 1);
+    if (self->slots == NULL || self->arena == NULL)
+        return (PyErr_NoMemory(), -1);
+    self->mask = size - 1;
+    Py_ssize_t offset = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const char *s;
+        Py_ssize_t n;
+        PyObject *owner;
+        if (utf8_view(ids[i], &s, &n, &owner) < 0)
+            return -1;
+        uint64_t hash = fnv1a(s, n);
+        Slot *slot = index_slot(self, s, n, hash);
+        if (!slot->used) { /* an id named twice: the first (a candidate's position) stands */
+            memcpy(self->arena + offset, s, (size_t)n);
+            *slot = (Slot){hash, offset, n, i < self->candidates ? (long)i : -1L, 1};
+            offset += n;
+            self->count++;
+        }
+        Py_XDECREF(owner);
+    }
+    return 0;
+}
+
+static PyObject *
+index_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"ids", "candidates", NULL};
+    PyObject *ids;
+    Py_ssize_t candidates;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On:PublishIndex", names, &ids, &candidates))
+        return NULL;
+    PyObject *seq = PySequence_Fast(ids, "PublishIndex: ids must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (candidates < 0 || candidates > count) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "PublishIndex: %zd candidates of %zd ids",
+                            candidates, count);
+    }
+    PublishIndex *self = (PublishIndex *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->candidates = candidates;
+        if (index_fill(self, PySequence_Fast_ITEMS(seq), count) < 0)
+            Py_CLEAR(self);
+    }
+    Py_DECREF(seq);
+    return (PyObject *)self;
+}
+
+/* The position of a str id: -1 published without one, -2 (HELD) not published. */
+static int
+index_lookup(PublishIndex *self, PyObject *txn, long *position)
+{
+    const char *s;
+    Py_ssize_t n;
+    PyObject *owner;
+    if (!PyUnicode_Check(txn)) {
+        *position = HELD;
+        return 0;
+    }
+    if (utf8_view(txn, &s, &n, &owner) < 0)
+        return -1;
+    *position = index_position(self, s, n);
+    Py_XDECREF(owner);
+    return 0;
+}
+
+static PyObject *
+index_position_of(PublishIndex *self, PyObject *txn)
+{
+    long position;
+    if (index_lookup(self, txn, &position) < 0)
+        return NULL;
+    if (position == HELD)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(position);
+}
+
+static int
+index_contains(PublishIndex *self, PyObject *txn)
+{
+    long position;
+    if (index_lookup(self, txn, &position) < 0)
+        return -1;
+    return position != HELD;
+}
+
+static Py_ssize_t
+index_len(PublishIndex *self)
+{
+    return self->count;
+}
+
+static PyObject *
+index_candidates(PublishIndex *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->candidates);
+}
+
+static PyMethodDef index_methods[] = {
+    {"position", (PyCFunction)index_position_of, METH_O,
+     "The candidate's position, -1 for an id published without one, None if not published."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef index_getset[] = {
+    {"candidates", (getter)index_candidates, NULL, "How many ids have positions.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods index_as_sequence = {
+    .sq_length = (lenfunc)index_len,
+    .sq_contains = (objobjproc)index_contains,
+};
+
+static PyTypeObject PublishIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ingest.sink._holdscan.PublishIndex",
+    .tp_basicsize = sizeof(PublishIndex),
+    .tp_dealloc = (destructor)index_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A batch's publish set, looked up by bytes; see the module's source.",
+    .tp_new = index_new,
+    .tp_methods = index_methods,
+    .tp_getset = index_getset,
+    .tp_as_sequence = &index_as_sequence,
+};
+
+/* ---- The hold: a task's scanner ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PublishIndex *index;
+    long limit;
+    /* the run under way: its transaction's (normalised) id, made a str only when needed */
+    char *txn;
+    Py_ssize_t txn_n, txn_cap;
+    int running;
+    PyObject *txn_str;
+    long position; /* of the run's transaction in the index, HELD when its events are held */
+    uint64_t low;  /* ranks below 64 */
+    PyObject *high; /* the others, as an int (NULL: none) */
+    /* candidates' runs ended: masks and positions */
+    uint64_t *placed_masks;
+    int32_t *placed;
+    Py_ssize_t placed_n, placed_cap;
+    /* the other runs ended: ids and masks */
+    PyObject *ids, *masks;
+} Scanner;
+
+static PyObject *
+scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"index", "limit", NULL};
+    PyObject *index;
+    long limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!l:Scanner", names, &PublishIndexType,
+                                     &index, &limit))
+        return NULL;
+    Scanner *self = (Scanner *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->index = (PublishIndex *)Py_NewRef(index);
+    self->limit = limit;
+    self->ids = PyList_New(0);
+    self->masks = PyList_New(0);
+    if (self->ids == NULL || self->masks == NULL)
+        Py_CLEAR(self);
+    return (PyObject *)self;
+}
+
+static void
+scanner_dealloc(Scanner *self)
+{
+    Py_XDECREF(self->index);
+    PyMem_Free(self->txn);
+    Py_XDECREF(self->txn_str);
+    Py_XDECREF(self->high);
+    PyMem_Free(self->placed_masks);
+    PyMem_Free(self->placed);
+    Py_XDECREF(self->ids);
+    Py_XDECREF(self->masks);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The run's id as a str (a borrowed reference owned by the scanner), made once per run. */
+static PyObject *
+run_txn(Scanner *self)
+{
+    if (self->txn_str == NULL)
+        self->txn_str = PyUnicode_DecodeASCII(self->txn, self->txn_n, NULL);
+    return self->txn_str;
+}
+
+static PyObject *
+run_mask(const Scanner *self)
+{
+    PyObject *mask = PyLong_FromUnsignedLongLong(self->low);
+    if (mask != NULL && self->high != NULL) {
+        PyObject *both = PyNumber_Or(mask, self->high);
+        Py_DECREF(mask);
+        mask = both;
+    }
+    return mask;
+}
+
+static int
+place(Scanner *self)
+{
+    if (self->placed_n == self->placed_cap) {
+        Py_ssize_t cap = self->placed_cap ? 2 * self->placed_cap : 1024;
+        uint64_t *masks = PyMem_Realloc(self->placed_masks, (size_t)cap * sizeof(uint64_t));
+        if (masks == NULL)
+            return (PyErr_NoMemory(), -1);
+        self->placed_masks = masks;
+        int32_t *placed = PyMem_Realloc(self->placed, (size_t)cap * sizeof(int32_t));
+        if (placed == NULL)
+            return (PyErr_NoMemory(), -1);
+        self->placed = placed;
+        self->placed_cap = cap;
+    }
+    self->placed_masks[self->placed_n] = self->low;
+    self->placed[self->placed_n++] = (int32_t)self->position;
+    return 0;
+}
+
+/* End the run under way, if any: a candidate's by its position, any other by its id. */
+static int
+end_run(Scanner *self)
+{
+    if (!self->running)
+        return 0;
+    self->running = 0;
+    int failed;
+    if (self->position >= 0 && self->position <= INT32_MAX && self->high == NULL)
+        failed = place(self);
+    else {
+        PyObject *txn = run_txn(self);
+        failed = txn == NULL || PyList_Append(self->ids, txn) < 0
+                 || append_new(self->masks, run_mask(self)) < 0;
+    }
+    Py_CLEAR(self->txn_str);
+    Py_CLEAR(self->high);
+    return failed ? -1 : 0;
+}
+
+static int
+start_run(Scanner *self, const char *txn, Py_ssize_t n)
+{
+    if (end_run(self) < 0)
+        return -1;
+    if (n > self->txn_cap) {
+        char *grown = PyMem_Realloc(self->txn, (size_t)n);
+        if (grown == NULL)
+            return (PyErr_NoMemory(), -1);
+        self->txn = grown;
+        self->txn_cap = n;
+    }
+    memcpy(self->txn, txn, (size_t)n);
+    self->txn_n = n;
+    self->running = 1;
+    self->low = 0;
+    self->position = index_position(self->index, txn, n);
+    return 0;
+}
+
+static int
+add_rank(Scanner *self, long long rank)
+{
+    if (rank < 64) {
+        self->low |= (uint64_t)1 << rank;
+        return 0;
+    }
+    PyObject *one = PyLong_FromLong(1), *shift = PyLong_FromLongLong(rank), *bit = NULL;
+    if (one != NULL && shift != NULL)
+        bit = PyNumber_Lshift(one, shift);
+    Py_XDECREF(one);
+    Py_XDECREF(shift);
+    if (bit == NULL)
+        return -1;
+    if (self->high == NULL) {
+        self->high = bit;
+        return 0;
+    }
+    PyObject *both = PyNumber_Or(self->high, bit);
+    Py_DECREF(bit);
+    if (both == NULL)
+        return -1;
+    Py_SETREF(self->high, both);
+    return 0;
+}
+
+typedef struct {
+    const char *id;
+    Py_ssize_t id_n;
+    long long rank;
+} Block;
+
+/* One key of a block's object into `b`; 0 when it is not the common shape. */
+static int
+block_field(Cursor *c, const char *key, Py_ssize_t key_n, Block *b)
+{
+    if (IS_KEY(key, key_n, "id"))
+        return b->id == NULL && plain_string(c, &b->id, &b->id_n) && b->id_n > 0;
+    if (IS_KEY(key, key_n, "total_order"))
+        return b->rank < 0 && plain_int(c, &b->rank);
+    return skip_value(c);
+}
+
+/* A block's text (msgspec.Raw's bytes): 1 a common block (into `b`), 0 no block (absent or
+ * null), -1 odd (Python reads it). */
+static int
+parse_block(const char *buf, Py_ssize_t len, long limit, Block *b)
+{
+    Cursor c = {buf, buf + len};
+    skip_ws(&c);
+    if (c.p == c.end)
+        return 0;
+    if (take_null(&c)) {
+        skip_ws(&c);
+        return c.p == c.end ? 0 : -1;
+    }
+    if (!take(&c, '{'))
+        return -1;
+    for (;;) {
+        const char *key;
+        Py_ssize_t key_n;
+        skip_ws(&c);
+        if (!plain_string(&c, &key, &key_n))
+            return -1;
+        skip_ws(&c);
+        if (!take(&c, ':'))
+            return -1;
+        skip_ws(&c);
+        if (!block_field(&c, key, key_n, b))
+            return -1;
+        skip_ws(&c);
+        if (take(&c, '}'))
+            break;
+        if (!take(&c, ','))
+            return -1;
+    }
+    skip_ws(&c);
+    if (c.p != c.end || b->id == NULL || b->rank < 1 || b->rank > limit)
+        return -1;
+    return 1;
+}
+
+/* normalise_id of a block's id: `<txId>:<lsn>` (both decimal) names `txId`, any other the id. */
+static Py_ssize_t
+normalised_length(const char *id, Py_ssize_t n)
+{
+    const char *colon = memchr(id, ':', (size_t)n);
+    if (colon == NULL)
+        return n;
+    Py_ssize_t head = colon - id;
+    return is_decimal(id, head) && is_decimal(colon + 1, n - head - 1) ? head : n;
+}
+
+/* One event's block: its rank into the run, its index into `held` or `odd` as it goes. */
+static int
+scan_event(Scanner *self, Py_ssize_t at, PyObject *block, PyObject *held, PyObject *odd)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(block, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return append_new(odd, PyLong_FromSsize_t(at));
+    }
+    Block b = {NULL, 0, -1};
+    int shape = parse_block(view.buf, view.len, self->limit, &b);
+    int failed = 0;
+    if (shape < 0)
+        failed = append_new(odd, PyLong_FromSsize_t(at));
+    else if (shape > 0) {
+        Py_ssize_t n = normalised_length(b.id, b.id_n);
+        if (!self->running || self->txn_n != n || memcmp(self->txn, b.id, (size_t)n) != 0)
+            failed = start_run(self, b.id, n);
+        if (!failed)
+            failed = add_rank(self, b.rank);
+        if (!failed && self->position == HELD) {
+            PyObject *txn = run_txn(self);
+            failed = txn == NULL || append_new(held, Py_BuildValue("(nOL)", at, txn, b.rank));
+        }
+    }
+    PyBuffer_Release(&view);
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+scanner_scan(Scanner *self, PyObject *blocks)
+{
+    PyObject *events = PySequence_Fast(blocks, "scan: blocks must be a sequence");
+    if (events == NULL)
+        return NULL;
+    PyObject *held = PyList_New(0), *odd = PyList_New(0), *result = NULL;
+    if (held == NULL || odd == NULL)
+        goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(events);
+    PyObject **items = PySequence_Fast_ITEMS(events);
+    for (Py_ssize_t at = 0; at < count; at++) {
+        if (items[at] != Py_None && scan_event(self, at, items[at], held, odd) < 0)
+            goto done;
+    }
+    result = PyTuple_Pack(2, held, odd);
+done:
+    Py_DECREF(events);
+    Py_XDECREF(held);
+    Py_XDECREF(odd);
+    return result;
+}
+
+static PyObject *
+scanner_finish(Scanner *self, PyObject *unused)
+{
+    if (end_run(self) < 0)
+        return NULL;
+    Py_ssize_t n = self->placed_n;
+    PyObject *placed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)(sizeof(uint64_t) + 4));
+    if (placed == NULL)
+        return NULL;
+    char *out = PyBytes_AS_STRING(placed);
+    for (Py_ssize_t i = 0; i < n; i++) { /* little-endian, as numpy reads "<u8" and "<i4" */
+        uint64_t mask = self->placed_masks[i];
+        for (int k = 0; k < 8; k++)
+            out[8 * i + k] = (char)(mask >> (8 * k));
+        uint32_t position = (uint32_t)self->placed[i];
+        for (int k = 0; k < 4; k++)
+            out[8 * n + 4 * i + k] = (char)(position >> (8 * k));
+    }
+    PyObject *ids = PyList_GetSlice(self->ids, 0, PY_SSIZE_T_MAX);
+    PyObject *masks = PyList_GetSlice(self->masks, 0, PY_SSIZE_T_MAX);
+    if (ids == NULL || masks == NULL) {
+        Py_DECREF(placed);
+        Py_XDECREF(ids);
+        Py_XDECREF(masks);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", placed, ids, masks); /* copies: later scans append more */
+}
+
+static PyMethodDef scanner_methods[] = {
+    {"scan", (PyCFunction)scanner_scan, METH_O, "HeldSplit.fast_py's loop over blocks."},
+    {"finish", (PyCFunction)scanner_finish, METH_NOARGS, "End the run; the runs so far."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ingest.sink._holdscan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A task's hold over a PublishIndex; see the module's source.",
+    .tp_new = scanner_new,
+    .tp_methods = scanner_methods,
+};
+
+/* ---- The driver's END markers (ingest/transactions/markers.py, decode_end) ----------------
+ *
+ * ends(values, seen, marker_type, end_status) -> (markers, odd)
+ *
+ * values   records of the transaction topic (bytes or None), in offset order
+ * seen     markers._SEEN_COLLECTIONS: the `data_collections` texts read before, and what they
+ *          said (only read here; a text not in it leaves the record to Python)
+ * markers  per record: None (a tombstone, an empty value, a BEGIN by its first bytes) or the
+ *          TransactionMarker decode_end makes; the records named in `odd` hold None, to be read
+ *          by decode_end in Python
+ * odd      indices of the records not of the common shape: one compact or spaced JSON object
+ *          of the keys status ("END"), id (printable ASCII, no escapes), event_count and ts_ms
+ *          (plain integers below 10^18; ts_ms may be null or absent) and data_collections
+ *          (an array or null, absent allowed), each at most once, and nothing else
+ *
+ * Why C: the driver decodes every END of the transaction topic (about one per 10 events in the
+ * benchmark), ~2.5 us each in Python before the book takes it. */
+
+static const char BEGIN_PREFIX[] = "{\"status\":\"BEGIN\",\"id\":\"";
+#define BEGIN_LEN (sizeof(BEGIN_PREFIX) - 1)
 
 typedef struct {
     const char *id, *collections;
@@ -387,8 +813,6 @@ typedef struct {
     long long count, ts;
     int status, has_ts, has_collections;
 } EndFields;
-
-#define IS_KEY(k, n, name) ((n) == (Py_ssize_t)sizeof(name) - 1 && memcmp((k), (name), (n)) == 0)
 
 /* One key's value into `f`; 0 when the value or a repeated key is not the common shape. */
 static int
@@ -416,7 +840,7 @@ end_field(Cursor *c, const char *key, Py_ssize_t key_n, EndFields *f)
             return 0;
         f->has_collections = 1;
         f->collections = c->p;
-        if (!take_null(c) && !(c->p < c->end && *c->p == '[' && skip_array(c)))
+        if (!take_null(c) && !(c->p < c->end && *c->p == '[' && skip_nested(c) == ']'))
             return 0;
         f->collections_n = c->p - f->collections;
         return 1;
@@ -576,7 +1000,6 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS, "HeldSplit.fast_py's loop; see the module's source."},
     {"ends", ends, METH_VARARGS, "markers.decode_end over records; see the module's source."},
     {NULL, NULL, 0, NULL},
 };
@@ -589,12 +1012,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__holdscan(void)
 {
-    name_id = PyUnicode_InternFromString("id");
-    name_total_order = PyUnicode_InternFromString("total_order");
-    if (name_id == NULL || name_total_order == NULL)
+    if (PyType_Ready(&PublishIndexType) < 0 || PyType_Ready(&ScannerType) < 0)
         return NULL;
     PyObject *made = PyModule_Create(&module);
-    if (made != NULL && PyModule_AddStringConstant(made, "SOURCE_SHA256", HOLDSCAN_SOURCE_SHA256) < 0)
+    if (made == NULL)
+        return NULL;
+    if (PyModule_AddStringConstant(made, "SOURCE_SHA256", HOLDSCAN_SOURCE_SHA256) < 0
+        || PyModule_AddObjectRef(made, "PublishIndex", (PyObject *)&PublishIndexType) < 0
+        || PyModule_AddObjectRef(made, "Scanner", (PyObject *)&ScannerType) < 0)
         Py_CLEAR(made);
     return made;
 }

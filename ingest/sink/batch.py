@@ -324,7 +324,7 @@ class BatchSink:
         self._job_ms = round((time.monotonic() - started) * 1000)
         if self._peek_go is not None:
             self._peek_go.set()  # the tasks have ended: a peek still waiting begins
-        reports = [read_report(row["report"], row["ranks"]) for row in rows]
+        reports = [read_report(row["report"], row["ranks"], row["placed"]) for row in rows]
         if self._txn is not None:
             self._time_read_ahead(reports)
             reports.append(self._txn.marker_report)

@@ -77,6 +77,7 @@ from ingest.sink.report import (
     TxnRanks,
     WrittenFile,
     merged_masks,
+    merged_placed,
     merged_union,
 )
 from ingest.transactions.book import (
@@ -239,12 +240,19 @@ class BatchTransactions:
     )
 
     @property
+    def direct(self) -> tuple[str, ...]:
+        """The candidates the tasks write directly: those before :attr:`cut`."""
+        return self.candidates if self.cut is None else self.candidates[: self.cut]
+
+    @property
     def publish(self) -> ShippedIds:
-        """The transactions whose events the tasks write directly: the candidates before
-        :attr:`cut`, and those published before (built once per cut: ~20,000 ids a batch)."""
+        """The transactions whose events the tasks write directly: :attr:`direct` (in commit
+        order: the tasks report a run of one by its position), and those published before
+        (built once per cut: ~20,000 ids a batch)."""
         if self._published is None or self._published[0] != self.cut:
-            chosen = self.candidates if self.cut is None else self.candidates[: self.cut]
-            self._published = (self.cut, ShippedIds(chain(chosen, self.settled)))
+            direct = self.direct
+            shipped = ShippedIds(chain(direct, sorted(self.settled)), len(direct))
+            self._published = (self.cut, shipped)
         return self._published[1]
 
     def decide(self, reports: Sequence[TaskReport]) -> Decision:
@@ -255,7 +263,7 @@ class BatchTransactions:
         decision, after = self.book.settle_head(
             head, rest, self.now, policy.max_hold_s, policy.on_timeout
         )
-        direct = self.candidates if self.cut is None else self.candidates[: self.cut]
+        direct = self.direct
         if decision.publish[: len(direct)] != direct:  # candidates are commit order's first
             published = set(decision.publish)
             for i, txn in enumerate(direct):
@@ -269,10 +277,11 @@ class BatchTransactions:
         """How many END-known transactions, from the first, the tasks' ranks complete, and
         the ranks of every other transaction (:meth:`TransactionBook.settle_head`): counted
         in columns where they were built for this book and no mask is wider than 64 bits."""
-        book, columns = self.book, self.columns
+        book, columns, direct = self.book, self.columns, self.direct
         if columns is None or columns.states is not book.ended or any(r.wide_ids for r in ranks):
-            return book.split_head(merged_masks(ranks))
-        head, rest = columns.split(*merged_union(ranks))
+            return book.split_head(merged_masks(ranks, direct))
+        positions, masks = merged_placed(ranks, len(direct))
+        head, rest = columns.split(positions, masks, *merged_union(ranks), direct)
         if head == len(columns) < len(book.ended):  # past the columns: the book's own loop
             more = book.complete_head(rest, start=head)
             for state in book.ended[head:more]:
@@ -703,9 +712,10 @@ def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
     return value
 
 
-def merged_ranks(reports: Sequence[TaskReport]) -> dict[str, int]:
-    """Per transaction, the ranks every task saw of it (the union of the tasks' masks)."""
-    return merged_masks(r.txn_ranks for r in reports)
+def merged_ranks(reports: Sequence[TaskReport], candidates: Sequence[str] = ()) -> dict[str, int]:
+    """Per transaction, the ranks every task saw of it (the union of the tasks' masks;
+    ``candidates``: the list their placed runs' positions refer to)."""
+    return merged_masks((r.txn_ranks for r in reports), candidates)
 
 
 # -- publishing held events ----------------------------------------------------------------------

@@ -20,16 +20,18 @@ import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import msgspec
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.debezium import RecordChunk, TransactionBlock
+from ingest.debezium import BlockText, RecordChunk, TransactionBlock
 from ingest.debezium.fastpath import MSGSPEC_REFUSALS
 from ingest.errors import IngestError
 from ingest.sink import native
+from ingest.sink.plan import ShippedIds
 from ingest.sink.report import TxnRanks
 from ingest.transactions import BadTransactionMetadata, normalise_id
 from ingest.transactions.ranges import BITWISE_LIMIT, MAX_RANK, mask_of
@@ -62,20 +64,19 @@ class _Envelope(msgspec.Struct):
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
-_ScanResult = tuple[
-    list[tuple[int, str, int]], list[int], list[str], list[int], str, str | None, int, bool
-]
-
-
-def _load_scan() -> tuple[Callable[..., _ScanResult] | None, str]:
-    """:meth:`HeldSplit.fast`'s C loop, or None; and "native" or why not (:mod:`native`)."""
+def _load_scan() -> tuple[Callable[..., Any] | None, str]:
+    """:meth:`HeldSplit.fast`'s C loop (the extension's ``Scanner``), or None; and "native" or
+    why not (:mod:`native`)."""
     extension, why = native.load()
-    return (None if extension is None else extension.scan), why
+    return (None if extension is None else extension.Scanner), why
 
 
 #: HOLD_LOOP: "native" when the tasks' hold runs in C, else "python: <why>" (the job logs it).
-_SCAN = None if native.EXTENSION is None else native.EXTENSION.scan
+_SCAN = None if native.EXTENSION is None else native.EXTENSION.Scanner
 HOLD_LOOP = native.LOOPS
+#: A block's text read as the fast path's struct read it before it handed over text (what
+#: :meth:`HeldSplit.fast_py` and the C loop's odd events go by).
+_BLOCK_TEXT = msgspec.json.Decoder(TransactionBlock | None)
 
 
 #: The table property the compactor obeys (``compaction.policy.ENABLED``; ingest may not import
@@ -188,30 +189,39 @@ class HeldSplit:
     """The decoder's :class:`~ingest.debezium.RecordHold` in ``transactions: consistent``: reads
     each event's transaction and rank, and holds the events of transactions not in ``publish``.
 
-    The decoder's fast path hands over the envelope's ``transaction`` blocks it has already
-    decoded (a fraction of the cost of :func:`event_ref` looking for them again); every other
-    message goes through :func:`event_ref`, which is what decides for odd blocks too. A block
-    that names no transaction and rank is counted in :attr:`malformed` and its event passes
-    through as one without a block.
+    The decoder's fast path hands over the text of the envelope's ``transaction`` blocks, which
+    the C loop reads (:data:`HOLD_LOOP`; :meth:`fast_py` is its reference); every other message
+    goes through :func:`event_ref`, which is what decides for odd blocks too. A block that names
+    no transaction and rank is counted in :attr:`malformed` and its event passes through as one
+    without a block.
 
     A task reads one topic-partition range, where a source transaction's events come one after
-    another (commit order): the fast path keeps the current transaction's mask and decision in
-    locals and records one (id, mask) per run of it, instead of probing a ~1 MB dict and the
-    publish set per event (memory-bound lookups, half of what the hold cost). An id may so be
-    recorded more than once; the report's masks are or-ed per id wherever they are read."""
+    another (commit order): the loop keeps the current transaction's mask and decision and
+    records one (transaction, mask) per run of it, instead of probing a dict and the publish
+    set per event. An id may so be recorded more than once; the report's masks are or-ed per
+    id wherever they are read. The C loop records a run of one of the batch's candidates by
+    its position in ``publish.ordered`` (:class:`~ingest.sink.plan.ShippedIds`), every other
+    run by its id; the Python loops record every run by its id."""
 
     def __init__(self, publish: frozenset[str]) -> None:
         self.publish = publish
+        shipped = publish if isinstance(publish, ShippedIds) else ShippedIds(sorted(publish))
+        index = shipped.index()
+        #: The C loop over the publish set (None: the Python loops run).
+        self._scanner = None if _SCAN is None or index is None else _SCAN(index, BITWISE_LIMIT)
+        #: How many candidates the C loop's positions refer to.
+        self._candidates = shipped.candidates
         #: Per transaction, the ranks of its events seen (held or not), as a mask (bit n for
         #: rank n), for events the fast path did not read; ranks beyond ``BITWISE_LIMIT`` wait
         #: in lists (see :func:`~ingest.transactions.ranges.mask_of`).
         self.masks: dict[str, int] = {}
         self._wide: dict[str, list[int]] = {}
-        #: The fast path's runs, ended: a transaction id and the mask of its ranks in the run.
+        #: :meth:`fast_py`'s runs, ended: a transaction id and the mask of its ranks in the run.
         self._run_ids: list[str] = []
         self._run_masks: list[int] = []
-        #: The run under way: its transaction ("": none), the ``txId`` an event's id must
-        #: start with to extend it (None: only an equal id does), its mask, whether it is held.
+        #: :meth:`fast_py`'s run under way: its transaction ("": none), the ``txId`` an event's
+        #: id must start with to extend it (None: only an equal id does), its mask, whether it
+        #: is held.
         self._run: tuple[str, str | None, int, bool] = ("", None, 0, False)
         self.malformed = 0
         self._held: dict[int, tuple[RecordChunk, list[tuple[int, str, int]]]] = {}
@@ -221,28 +231,23 @@ class HeldSplit:
         chunk: RecordChunk,
         base: int,
         origins: Sequence[int],
-        blocks: Sequence[TransactionBlock | None],
+        blocks: Sequence[BlockText | None],
     ) -> list[int]:
-        """Count the ranks of a run of the decoder's fast rows (``blocks[i]`` is the block of
-        record ``origins[i] - base`` of ``chunk``); return the ``i`` of those held.
+        """Count the ranks of a run of the decoder's fast rows (``blocks[i]`` is the block's
+        text of record ``origins[i] - base`` of ``chunk``); return the ``i`` of those held.
 
         :meth:`fast_py`'s loop, in C where the extension is built (:data:`HOLD_LOOP`): the
         common events are read there, every other one (``odd``) here, as before."""
-        if _SCAN is None:
+        scanner = self._scanner
+        if scanner is None:
             return self.fast_py(chunk, base, origins, blocks)
-        txn, extends, mask, holding = self._run
-        picked, odd, run_ids, run_masks, txn, extends, mask, holding = _SCAN(
-            blocks, self.publish, txn, extends, mask, holding, BITWISE_LIMIT
-        )
-        self._run = (txn, extends, mask, holding)
-        self._run_ids += run_ids
-        self._run_masks += run_masks
+        picked, odd = scanner.scan(blocks)
         held = [at for at, _, _ in picked]
         if picked:
             self._picks(chunk).extend((origins[at] - base, t, o) for at, t, o in picked)
         odd_held = [
             at for at in odd
-            if (block := blocks[at]) is not None and self._odd(chunk, origins[at] - base, block)
+            if (text := blocks[at]) is not None and self._odd_text(chunk, origins[at] - base, text)
         ]  # fmt: skip
         return sorted(held + odd_held) if odd_held else held  # ascending, as RecordHold says
 
@@ -251,7 +256,7 @@ class HeldSplit:
         chunk: RecordChunk,
         base: int,
         origins: Sequence[int],
-        blocks: Sequence[TransactionBlock | None],
+        blocks: Sequence[BlockText | None],
     ) -> list[int]:
         """:meth:`fast` in Python: the reference the C loop is tested against, and what runs
         where the extension is not built."""
@@ -260,15 +265,15 @@ class HeldSplit:
         publish = self.publish
         txn, extends, mask, holding = self._run
         # normalise_id and _take inlined, a transaction at a time: this runs for every event
-        for at, block in enumerate(blocks):
-            if block is None:
-                continue  # null or no block: an event without metadata
-            raw, order = block.id, block.total_order
-            if (type(raw) is not str or not raw or type(order) is not int
-                    or not 0 < order <= BITWISE_LIMIT):  # fmt: skip
-                if self._odd(chunk, origins[at] - base, block):
+        for at, text in enumerate(blocks):
+            if text is None:
+                continue  # the fast path handed no block over
+            block = _common_block(text)
+            if block is None:  # none, null, or odd: read as the C loop's odd events are
+                if self._odd_text(chunk, origins[at] - base, text):
                     held.append(at)
                 continue
+            raw, order = block
             tx_id, colon, lsn = raw.partition(":")
             if tx_id != extends or not (lsn.isdecimal() or not colon):
                 if colon and tx_id.isdecimal() and lsn.isdecimal():
@@ -289,14 +294,26 @@ class HeldSplit:
         self._run = (txn, extends, mask, holding)
         return held
 
+    def _odd_text(self, chunk: RecordChunk, index: int, text: BlockText) -> bool:
+        """An event whose block's text the C loop left to Python: read as :meth:`fast_py`
+        reads it. Whether it is held."""
+        try:
+            block = _BLOCK_TEXT.decode(text) if text else None
+        except MSGSPEC_REFUSALS:
+            return self._raw_at(chunk, index)
+        return block is not None and self._odd(chunk, index, block)
+
     def _odd(self, chunk: RecordChunk, index: int, block: TransactionBlock) -> bool:
         """An event whose block the fast path's loop does not read: odd but maybe readable
         (read as :func:`event_ref` reads it), or with a rank past ``BITWISE_LIMIT``."""
         raw, order = block.id, block.total_order
         if type(raw) is not str or not raw or type(order) is not int:
-            value = chunk.values[index]  # never None: the fast path decoded it
-            return value is not None and self.raw(chunk, index, value)
+            return self._raw_at(chunk, index)
         return self._take_wide(chunk, index, normalise_id(raw), order)
+
+    def _raw_at(self, chunk: RecordChunk, index: int) -> bool:
+        value = chunk.values[index]  # never None: the fast path decoded it
+        return value is not None and self.raw(chunk, index, value)
 
     def _end_run(self) -> None:
         txn, _, mask, _ = self._run
@@ -351,12 +368,32 @@ class HeldSplit:
 
     def txn_ranks(self) -> TxnRanks:
         """Per transaction the ranks seen, as a task reports them (an id maybe more than once:
-        the runs of the fast path, the other events, the wide ranks)."""
+        the runs of the loops, the other events, the wide ranks; a candidate's runs of the C
+        loop by its position)."""
         self._end_run()
-        ids = [*self._run_ids, *self.masks, *self._wide]
-        masks = [*self._run_masks, *self.masks.values()]
+        placed, ids, masks = (b"", [], []) if self._scanner is None else self._scanner.finish()
+        ids = [*ids, *self._run_ids, *self.masks, *self._wide]
+        masks = [*masks, *self._run_masks, *self.masks.values()]
         masks.extend(mask_of(orders) for orders in self._wide.values())
-        return TxnRanks.of_pairs(ids, masks, malformed=self.malformed)
+        ranks = TxnRanks.of_pairs(ids, masks, malformed=self.malformed)
+        if not placed:
+            return ranks
+        return ranks.model_copy(update={"placed": placed, "candidates": self._candidates})
+
+
+def _common_block(text: BlockText) -> tuple[str, int] | None:
+    """(id, rank) of a block's text of the common shape (an object with a non-empty string
+    id and an integer rank in 1..``BITWISE_LIMIT``); None for any other text."""
+    try:
+        block = _BLOCK_TEXT.decode(text) if text else None
+    except MSGSPEC_REFUSALS:
+        return None
+    if block is None:
+        return None
+    raw, order = block.id, block.total_order
+    if type(raw) is not str or not raw or type(order) is not int or not 0 < order <= BITWISE_LIMIT:
+        return None
+    return raw, order
 
 
 def held_rows(chunk: RecordChunk, picks: Sequence[tuple[int, str, int]]) -> pa.Table:

@@ -21,6 +21,7 @@ from catalog import DataFile, TableMeta
 from ingest.debezium import DecoderConfig
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
+from ingest.sink import native
 
 
 class SourceFormat(StrEnum):
@@ -49,33 +50,60 @@ class SinkPlan:
 
 
 class ShippedIds(frozenset[str]):
-    """The transaction ids a batch's tasks write directly (:attr:`Holding.publish`), shipped
-    as one JSON array and read back once per Python worker and batch.
+    """The transaction ids a batch's tasks write directly (:attr:`Holding.publish`): the
+    batch's candidates in commit order (:attr:`ordered`, the first :attr:`candidates` of it),
+    then the ids published before. Shipped as one JSON array and read back once per Python
+    worker and batch.
 
-    Why: every task of a batch unpickles the same plan, and ~20,000 ids a batch as pickled
-    strings cost each task 3-5 ms (a twentieth of a consistent task's CPU in the benchmark's
-    profile) and the driver as much to pickle. One array of bytes pickles as a copy; the
-    worker's first task of the batch reads it, the next ones find it by comparing the bytes
-    (:func:`_received`)."""
+    Why one array: every task of a batch unpickles the same plan, and ~20,000 ids a batch as
+    pickled strings cost each task 3-5 ms (a twentieth of a consistent task's CPU in the
+    benchmark's profile) and the driver as much to pickle. One array of bytes pickles as a
+    copy; the worker's first task of the batch reads it, the next ones find it by comparing
+    the bytes (:func:`_received`).
 
-    __slots__ = ()
+    Why the order: a task reports a run of a candidate's events by the candidate's position
+    in it, not by its id (:meth:`index`, ``TxnRanks.placed``), and the driver counts them in
+    arrays against the book's columns in the same order (``EndedColumns.split``)."""
 
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return _received, (orjson.dumps(list(self)),)
+    __slots__ = ("_index", "candidates", "ordered")
+
+    ordered: tuple[str, ...]
+    candidates: int
+    _index: Any
+
+    def __new__(cls, ordered: Iterable[str] = (), candidates: int = 0) -> ShippedIds:
+        ids = tuple(ordered)
+        if not 0 <= candidates <= len(ids):
+            raise ValueError(f"{candidates} candidates of {len(ids)} ids")
+        shipped = super().__new__(cls, ids)
+        shipped.ordered, shipped.candidates = ids, candidates
+        shipped._index = None
+        return shipped
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes, int]]:
+        return _received, (orjson.dumps(self.ordered), self.candidates)
+
+    def index(self) -> Any:
+        """The ids as the tasks' hold looks them up (``ingest.sink._holdscan.PublishIndex``),
+        built once; None where the C extension is not loaded."""
+        if self._index is None and native.EXTENSION is not None:
+            self._index = native.EXTENSION.PublishIndex(self.ordered, self.candidates)
+        return self._index
 
 
-#: The last ids this Python worker read back: [(their JSON, the set)], at most one.
-_last_received: list[tuple[bytes, ShippedIds]] = []
+#: The last ids this Python worker read back: [(their JSON and count, the set)], at most one.
+_last_received: list[tuple[tuple[bytes, int], ShippedIds]] = []
 _receiving = threading.Lock()
 
 
-def _received(shipped: bytes) -> ShippedIds:
-    """The set of ``shipped`` (a JSON array), the one read last if it was the same."""
+def _received(shipped: bytes, candidates: int = 0) -> ShippedIds:
+    """The set of ``shipped`` (a JSON array, its first ``candidates`` the candidates), the one
+    read last if it was the same."""
     with _receiving:
-        if _last_received and _last_received[0][0] == shipped:
+        if _last_received and _last_received[0][0] == (shipped, candidates):
             return _last_received[0][1]
-        ids = ShippedIds(orjson.loads(shipped))
-        _last_received[:] = [(shipped, ids)]
+        ids = ShippedIds(orjson.loads(shipped), candidates)
+        _last_received[:] = [((shipped, candidates), ids)]
         return ids
 
 

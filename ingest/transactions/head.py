@@ -7,8 +7,9 @@ benchmark ~20,000 transactions a batch, nearly every one of them in the head. As
 book's states and a dict of the masks, that was a Python loop over both after a dict of every
 reported transaction was built, ~10 ms on the batch's critical path between its tasks and its
 commit. Here the END-known transactions are columns built with the batch's start (before its
-tasks, off that path: :class:`EndedColumns`), the tasks' masks stay in Arrow and numpy
-(:func:`ingest.sink.report.merged_union`), and only the transactions outside the head become
+tasks, off that path: :class:`EndedColumns`), the tasks' masks stay in numpy - nearly all of
+them come by the candidate's position in the columns (``ingest.sink.report.merged_placed``),
+the few others by id (``merged_union``) - and only the transactions outside the head become
 a dict, for the book's steps that follow.
 
 Columns hold 64-bit masks: they stop at the first transaction that does not fit them (an END
@@ -17,6 +18,7 @@ without counts, a rank past 63 - the book's own loop goes on from there).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -82,21 +84,40 @@ class EndedColumns:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def split(self, ids: pa.Array, masks: np.ndarray) -> tuple[int, dict[str, int]]:
-        """The complete head with the batch's masks (``masks[i]`` for transaction ``ids[i]``,
-        each id once) added, as far as the columns go; and the masks of every transaction
-        outside that head, as a dict.
+    def split(
+        self,
+        positions: np.ndarray,
+        placed: np.ndarray,
+        ids: pa.Array,
+        masks: np.ndarray,
+        candidates: Sequence[str],
+    ) -> tuple[int, dict[str, int]]:
+        """The complete head with the batch's masks added, as far as the columns go; and the
+        masks of every transaction outside that head, as a dict. The masks come by position
+        (``placed[i]`` for candidate ``positions[i]``, a position maybe more than once: the
+        candidates are the first of these columns, in ``candidates``' order) and by id
+        (``masks[i]`` for transaction ``ids[i]``, each id once).
 
         The head stops at the first incomplete transaction or at the columns' end; when it
         is :func:`len` of these columns, the book's transactions after them may complete it
         further (:meth:`TransactionBook.complete_head` with ``start``)."""
+        width = len(self.ids)
+        found = np.zeros(width + 1, np.uint64)  # the last: candidates past the columns
+        np.bitwise_or.at(found, np.minimum(positions, width), placed)
         at = pc.index_in(self.ids, value_set=ids).fill_null(-1).to_numpy()
-        found = np.append(masks, np.uint64(0))[at]  # -1: none reported, the appended 0
-        counts = np.bitwise_count((self.seen | found) & self.valid)
+        found[:width] |= np.append(masks, np.uint64(0))[at]  # -1: none reported, the 0
+        counts = np.bitwise_count((self.seen | found[:width]) & self.valid)
         short = np.flatnonzero(counts < self.need)
-        head = int(short[0]) if len(short) else len(self.ids)
+        head = int(short[0]) if len(short) else width
         outside = np.ones(len(ids), bool)
         taken = at[:head]
         outside[taken[taken >= 0]] = False
         rest = dict(zip(ids.filter(outside).to_pylist(), masks[outside].tolist(), strict=True))
+        later = positions >= head
+        if later.any():  # candidates outside the head: by id, or-ed with what came by id
+            union = np.zeros(len(candidates), np.uint64)
+            np.bitwise_or.at(union, positions[later], placed[later])
+            for position in np.flatnonzero(union).tolist():
+                txn = candidates[position]
+                rest[txn] = rest.get(txn, 0) | int(union[position])
         return head, rest

@@ -189,18 +189,22 @@ def test_an_armed_embedded_fast_path_takes_only_its_own_schema() -> None:
 
 
 def test_the_transaction_block_is_handed_over_only_to_a_reader_of_it() -> None:
-    """``transactions: consistent`` reads each event's block; ``eventual`` (no hold) has it
-    skipped undecoded, so an odd block cannot send its events down the slow path either."""
+    """``transactions: consistent`` reads each event's block, handed over as its text exactly
+    as it stands (the hold reads it, odd ones too); ``eventual`` (no hold) has it skipped
+    unread, so an odd block cannot send its events down the slow path either."""
     plain = {"op": "c", "after": {"id": 1, "name": "x"}, "source": {"lsn": 7}}
-    block = {"id": "571:53195832", "total_order": 2, "data_collection_order": 1}
-    with_block = orjson.dumps({**plain, "transaction": block})
+    block = b'{"id": "571:53195832", "total_order":2,"data_collection_order":1}'
+    with_block = orjson.dumps(plain)[:-1] + b',"transaction":' + block + b"}"
     odd_block = orjson.dumps({**plain, "transaction": "not an object"})
+    null_block = orjson.dumps({**plain, "transaction": None})
     reader, skipper = FastRows(("id", "name")), FastRows(("id", "name"), blocks=False)
 
     taken = reader.decode(with_block)
     assert taken is not None and taken[2] is not None
-    assert (taken[2].id, taken[2].total_order) == ("571:53195832", 2)
-    assert reader.decode(odd_block) is None  # the hold's general path decides about it
+    assert bytes(taken[2]) == block
+    texts = {bytes(hit[2]) for m in (odd_block, null_block, orjson.dumps(plain))
+             if (hit := reader.decode(m)) is not None and hit[2] is not None}  # fmt: skip
+    assert texts == {b'"not an object"', b"null", b""}  # none: the empty text
 
     for message in (with_block, odd_block):
         skipped = skipper.decode(message)

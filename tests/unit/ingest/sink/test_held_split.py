@@ -15,12 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ingest.debezium import DecodedBatch, DecoderConfig, RecordChunk, decode_chunks
-from ingest.debezium.fastpath import TransactionBlock
 from ingest.sink.held import HeldSplit, event_ref
 from ingest.sink.task import split_for_holding
 from ingest.transactions import BadTransactionMetadata, normalise_id
 from ingest.transactions.ranges import MAX_RANK
-from tests.fixtures.debezium_events import key, numbered, payload, pg_source, record
+from tests.fixtures.debezium_events import block_text, key, numbered, payload, pg_source, record
 
 TABLE = "public.customers"
 SCHEMA = pa.schema([("id", pa.int32()), ("name", pa.string())])
@@ -137,7 +136,7 @@ def test_the_hold_reads_each_events_transaction_as_normalise_id_does(
     chunk = RecordChunk("t", 0, list(range(len(events))), [None] * len(events),
                         [b"{}"] * len(events), [0] * len(events))  # fmt: skip
     split = HeldSplit(publish)
-    blocks = [TransactionBlock(raw, order) for raw, order in events]
+    blocks = [block_text(raw, order) for raw, order in events]
     # the decoder hands over runs of fast rows: cut the events into runs anywhere (a
     # transaction's run of events may go on in the next call)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=4)))
