@@ -530,10 +530,13 @@ class BatchSink:
         if not new_files and not held_before:
             return reports  # nothing was held before, nothing is held now: nothing to read
         dissolved = _dissolved(plan.holding, reports)
-        # dissolved: events of what the tasks were told to publish are written; the rest is in
-        # the tasks' new held files, read back only for what the decision publishes beyond it
+        # the tasks wrote every event of what they were told to publish; the rest is in their
+        # new held files, read back only for what the decision publishes beyond it - and in
+        # committed held files no task dissolved, read back for all it publishes. (Without
+        # committed held files, a run's first batch read the new ones for every transaction
+        # the decision published: 40-70 ms of its critical path in the benchmark.)
         publish = frozenset(decision.publish)
-        if dissolved:
+        if dissolved or not self._held_files:
             publish -= plan.holding.publish
         release = release_held(
             plan.holding.held,
