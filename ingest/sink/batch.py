@@ -535,9 +535,10 @@ class BatchSink:
         # committed held files no task dissolved, read back for all it publishes. (Without
         # committed held files, a run's first batch read the new ones for every transaction
         # the decision published: 40-70 ms of its critical path in the benchmark.)
-        publish = frozenset(decision.publish)
-        if dissolved or not self._held_files:
-            publish -= plan.holding.publish
+        if dissolved or not self._held_files:  # decide() checked the direct ones come first
+            publish = frozenset(decision.publish[len(txn.direct) :]) - txn.settled
+        else:
+            publish = frozenset(decision.publish)
         release = release_held(
             plan.holding.held,
             self._bases[held_name],
@@ -584,7 +585,7 @@ class BatchSink:
             markers=txn.markers,
             markers_read_ahead=txn.markers_read_ahead,
             start_prepared="prepared_ms" in txn.timings,
-            candidates=len(txn.publish - txn.settled),
+            candidates=len(txn.direct),
             published=len(decision.publish),
             exceptions=list(decision.exceptions),
             held_by_tasks=sum(r.held for r in reports),

@@ -20,6 +20,7 @@ import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import msgspec
@@ -203,7 +204,7 @@ class HeldSplit:
     its position in ``publish.ordered`` (:class:`~ingest.sink.plan.ShippedIds`), every other
     run by its id; the Python loops record every run by its id."""
 
-    def __init__(self, publish: frozenset[str]) -> None:
+    def __init__(self, publish: AbstractSet[str]) -> None:
         self.publish = publish
         shipped = publish if isinstance(publish, ShippedIds) else ShippedIds(sorted(publish))
         index = shipped.index()

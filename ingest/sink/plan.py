@@ -10,7 +10,8 @@ other hosts write to the same bucket as the driver would.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -49,7 +50,7 @@ class SinkPlan:
     holding: Holding | None = None
 
 
-class ShippedIds(frozenset[str]):
+class ShippedIds(AbstractSet[str]):
     """The transaction ids a batch's tasks write directly (:attr:`Holding.publish`): the
     batch's candidates in commit order (:attr:`ordered`, the first :attr:`candidates` of it),
     then the ids published before. Shipped as one JSON array and read back once per Python
@@ -63,22 +64,40 @@ class ShippedIds(frozenset[str]):
 
     Why the order: a task reports a run of a candidate's events by the candidate's position
     in it, not by its id (:meth:`index`, ``TxnRanks.placed``), and the driver counts them in
-    arrays against the book's columns in the same order (``EndedColumns.split``)."""
+    arrays against the book's columns in the same order (``EndedColumns.split``).
 
-    __slots__ = ("_index", "candidates", "ordered")
+    Why not a frozenset: its hash table of ~20,000 ids was built on the driver every batch
+    (between two batches, where the driver's time costs the most) and in every worker, for
+    the few ids asked of it outside the tasks' C loop; it is built when first asked."""
 
-    ordered: tuple[str, ...]
-    candidates: int
-    _index: Any
+    __slots__ = ("_index", "_members", "candidates", "ordered")
 
-    def __new__(cls, ordered: Iterable[str] = (), candidates: int = 0) -> ShippedIds:
+    def __init__(self, ordered: Iterable[str] = (), candidates: int = 0) -> None:
         ids = tuple(ordered)
         if not 0 <= candidates <= len(ids):
             raise ValueError(f"{candidates} candidates of {len(ids)} ids")
-        shipped = super().__new__(cls, ids)
-        shipped.ordered, shipped.candidates = ids, candidates
-        shipped._index = None
-        return shipped
+        self.ordered, self.candidates = ids, candidates
+        self._members: frozenset[str] | None = None
+        self._index: Any = None
+
+    @property
+    def members(self) -> frozenset[str]:
+        """The ids as a set (built when first asked)."""
+        if self._members is None:
+            self._members = frozenset(self.ordered)
+        return self._members
+
+    def __contains__(self, txn: object) -> bool:
+        return txn in self.members
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.members)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __hash__(self) -> int:
+        return hash(self.members)
 
     def __reduce__(self) -> tuple[Any, tuple[bytes, int]]:
         return _received, (orjson.dumps(self.ordered), self.candidates)
@@ -113,7 +132,7 @@ class Holding:
 
     held: TableMeta
     """The job's held table (:mod:`ingest.sink.held`): raw records of events not published."""
-    publish: frozenset[str]
+    publish: AbstractSet[str]
     """Transactions whose events go straight to the target tables (the driver expects them to
     be published by this batch's commit, or they were published before, incomplete). The sink
     gives a :class:`ShippedIds`, which the tasks receive at a fraction of the cost."""

@@ -12,6 +12,7 @@ import io
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 import pyarrow as pa
@@ -141,7 +142,7 @@ def write_chunks(chunks: list[RecordChunk], plan: SinkPlan, report: TaskReport) 
 
 
 def split_for_holding(
-    chunks: Iterable[RecordChunk], publish: frozenset[str]
+    chunks: Iterable[RecordChunk], publish: AbstractSet[str]
 ) -> tuple[list[RecordChunk], pa.Table | None, TxnRanks]:
     """Chunks of the records to write now, the held table's rows of the others, and per
     transaction the ranks of its events, for sources the decoder's hold does not serve (plain

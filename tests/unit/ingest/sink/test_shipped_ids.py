@@ -18,6 +18,7 @@ def test_any_ids_come_back_as_they_went(ids: list[str], data: st.DataObject) -> 
     candidates = data.draw(st.integers(0, len(ids)))
     back = pickle.loads(cloudpickle.dumps(ShippedIds(ids, candidates)))
     assert back == frozenset(ids) and isinstance(back, ShippedIds)
+    assert all(t in back for t in ids) and "not one of them" not in back
     assert back.ordered == tuple(ids) and back.candidates == candidates
     index = back.index()
     assert [index.position(t) for t in ids] == [*range(candidates), *[-1] * (len(ids) - candidates)]
@@ -30,6 +31,7 @@ def test_a_worker_reads_the_same_ids_once_and_other_ids_afresh() -> None:
     shipped = cloudpickle.dumps(ShippedIds([f"{n}:{n * 7}" for n in range(20_000)], 19_000))
     first, second = pickle.loads(shipped), pickle.loads(shipped)
     assert second is first and second.index() is first.index()
+    assert first._members is None  # no set built until something asks it
     later = pickle.loads(cloudpickle.dumps(ShippedIds(["1:7", "3:21"])))
     assert later == {"1:7", "3:21"} and later is not first and later.candidates == 0
     cut = pickle.loads(cloudpickle.dumps(ShippedIds(first.ordered, 5)))
