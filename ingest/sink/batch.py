@@ -19,6 +19,7 @@ wraps whatever ``foreachBatch`` raises in its own exception).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -83,7 +84,7 @@ from ingest.sink.held import COMPACTION_ENABLED, HELD_SCHEMA, chunks_of, held_ta
 from ingest.sink.plan import Holding, SinkPlan
 from ingest.sink.readahead import MarkerReadAhead
 from ingest.sink.report import (
-    REPORT_SCHEMA,
+    REPORT_ROW,
     NewTable,
     TaskReport,
     WrittenFile,
@@ -111,6 +112,16 @@ READ_AFTER_MAX_S = 1.0
 #: Write passes of one batch: a pass that brought new tables is written again at once, and so
 #: is one whose directly written transactions turned out incomplete (consistent mode).
 _WRITE_PASSES = RetryPolicy(attempts=4, base_delay=0.0, max_delay=0.0)
+
+
+@functools.cache
+def _report_type() -> Any:
+    """What the tasks return (:data:`REPORT_ROW`) as Spark's type. Why not DDL text (``"report
+    string, ..."``): ``mapInArrow`` has the JVM parse a DDL string, a py4j round trip of ~5 ms
+    on every batch's critical path in the benchmark (either mode); a type is not parsed."""
+    from pyspark.sql.pandas.types import from_arrow_schema  # the driver's: Spark's types
+
+    return from_arrow_schema(REPORT_ROW)
 
 
 def _write_again(error: Exception) -> bool:
@@ -320,7 +331,7 @@ class BatchSink:
     def _write_pass(self, df: Any, batch_id: int) -> list[TaskReport]:
         plan = self._plan(batch_id)
         started = time.monotonic()
-        rows = df.mapInArrow(partial(write_task, plan=plan), REPORT_SCHEMA).collect()
+        rows = df.mapInArrow(partial(write_task, plan=plan), _report_type()).collect()
         self._job_ms = round((time.monotonic() - started) * 1000)
         if self._peek_go is not None:
             self._peek_go.set()  # the tasks have ended: a peek still waiting begins

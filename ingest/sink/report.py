@@ -176,24 +176,23 @@ def _pack(ids: list[str], masks: list[int]) -> bytes:
 #: ranks as bytes beside it. In the JSON they were base64 (a third larger), encoded by every
 #: task and decoded by the driver before its decision: ~9 ms of a benchmark batch's critical
 #: path.
-REPORT_SCHEMA = "report string, ranks binary, placed binary"
-_REPORT_ROW = pa.schema([("report", pa.string()), ("ranks", pa.binary()), ("placed", pa.binary())])
+REPORT_ROW = pa.schema([("report", pa.string()), ("ranks", pa.binary()), ("placed", pa.binary())])
 
 
 def report_row(report: TaskReport) -> pa.RecordBatch:
-    """A task's one row of :data:`REPORT_SCHEMA`."""
+    """A task's one row of :data:`REPORT_ROW`."""
     text = report.model_dump_json(exclude={"txn_ranks": {"packed", "placed"}})
     ranks = report.txn_ranks
     return pa.RecordBatch.from_pydict(
         {"report": [text], "ranks": [ranks.packed], "placed": [ranks.placed]},
-        schema=_REPORT_ROW,
+        schema=REPORT_ROW,
     )
 
 
 def read_report(
     text: str, ranks: bytes | bytearray | None, placed: bytes | bytearray | None = None
 ) -> TaskReport:
-    """The report of a row of :data:`REPORT_SCHEMA`, as the task made it."""
+    """The report of a row of :data:`REPORT_ROW`, as the task made it."""
     report = TaskReport.model_validate_json(text)
     if not ranks and not placed:
         return report
