@@ -34,6 +34,7 @@ one commit, which also removes the committed held files.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import time
 import uuid
@@ -94,6 +95,7 @@ from ingest.transactions.markers import (
     is_transaction_topic,
 )
 from ingest.transactions.policy import OnTimeout
+from ingest.transactions.positions import EndedIndex, EndedPart
 
 log = get_logger("lakestream.ingest")
 
@@ -373,7 +375,11 @@ def _start(
         else:
             assert peeked is not None
             tails, timings["peeked_ms"] = peeked.tails, peeked.peeked_ms
-    candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
+    index, columns = markers.indexed(loaded, book, now)
+    if tails:
+        candidates = book.frontier_candidates(tails, index)
+    else:
+        candidates = tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     txn = BatchTransactions(
         book,
@@ -387,7 +393,7 @@ def _start(
         markers_read_ahead=markers.read_ahead,
         owner=first_range(ranges),
         timings=timings,
-        columns=EndedColumns.of(book.ended),
+        columns=columns,
     )
     _ = txn.publish  # built here, before the batch's tasks: their plan ships it
     return txn
@@ -550,6 +556,33 @@ class BatchMarkers(NamedTuple):
             ids.append(run_ids)
         union = ids[0] if len(ids) == 1 else frozenset().union(*ids)
         return BuiltEnds(states, union, collections)
+
+    def indexed(
+        self, loaded: TransactionBook, book: TransactionBook, now: float
+    ) -> tuple[EndedIndex | None, EndedColumns]:
+        """``book``'s END-known transactions indexed for the frontier and as the decision's
+        columns (``book`` is ``loaded`` with these markers taken :meth:`into` it): joined from
+        ``loaded``'s (a few hundred, indexed now) and the runs' own (read-ahead: indexed as
+        read), where ``book`` took the runs' states as they were built - no transaction of
+        them was named by ``loaded`` (the common batch); otherwise no index (the frontier
+        makes its own) and columns of the whole book.
+
+        Why: indexing and the columns were ~10 ms of every batch's start between two batches,
+        where the driver's time costs the most (bench/RESULTS.md, source transactions, run
+        25)."""
+        wanted = None if book.collections is None else frozenset(book.collections)
+        parts = [run.indexed(wanted, now) for run in self.runs]
+        kept = loaded.ended
+        built = list(chain.from_iterable(part.states for part, _ in parts))
+        ended = book.ended
+        if len(ended) != len(kept) + len(built) or not (
+            all(map(operator.is_, ended, kept))
+            and all(map(operator.is_, ended[len(kept) :], built))
+        ):
+            return None, EndedColumns.of(ended)
+        index = EndedIndex(ended, [EndedPart.of(kept), *(part for part, _ in parts)])
+        columns = EndedColumns.joined(ended, [EndedColumns.of(kept), *(cols for _, cols in parts)])
+        return index, columns
 
     def into(self, book: TransactionBook, now: float) -> TransactionBook:
         """``book`` with the END markers taken in (:meth:`TransactionBook.add_built`)."""

@@ -34,12 +34,14 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
 from ingest.transactions.book import TxnState, build_ends
+from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     TransactionMarker,
     end_markers,
     is_transaction_topic,
 )
+from ingest.transactions.positions import EndedPart
 
 log = get_logger("lakestream.ingest")
 
@@ -127,11 +129,31 @@ class MarkerRun:
     def build_ahead(self, collections: frozenset[str] | None) -> None:
         """Build the END markers' transaction states for a book reading ``collections`` now,
         on the read-ahead's thread (:func:`~ingest.transactions.book.build_ends`; first seen
-        now, when read), for the same reason as :meth:`decode_ahead`. Nothing when the
-        markers cannot be decoded (the batch raises)."""
+        now, when read), and index them (:meth:`indexed`), for the same reason as
+        :meth:`decode_ahead`. Nothing when the markers cannot be decoded (the batch raises)."""
         if self._found is not None:
             states, ids = build_ends(self._found, collections, time.time())
             self._built = _Built(collections, states, ids)
+            self.indexed(collections, time.time())
+
+    def indexed(
+        self, collections: frozenset[str] | None, now: float
+    ) -> tuple[EndedPart, EndedColumns]:
+        """:meth:`states` indexed for the frontier and as the decision's columns: built
+        ahead, else now (why ahead: :mod:`ingest.transactions.positions`).
+
+        Raises:
+            BadTransactionMetadata: a record is no marker (see ``end_markers``).
+        """
+        states, _ = self.states(collections, now)
+        built = self._built
+        assert built is not None  # states() built it
+        if built.part is None or built.columns is None:
+            built = self._built = built._replace(
+                part=EndedPart.of(states), columns=EndedColumns.of(tuple(states))
+            )
+        assert built.part is not None and built.columns is not None
+        return built.part, built.columns
 
     def states(
         self, collections: frozenset[str] | None, now: float
@@ -179,15 +201,17 @@ class MarkerRun:
 
 
 class _Built(NamedTuple):
-    """A run's END states built for a book reading ``collections`` (see
-    :meth:`MarkerRun.build_ahead`)."""
+    """A run's END states built for a book reading ``collections``, and their index and columns
+    once made (see :meth:`MarkerRun.build_ahead`)."""
 
     collections: frozenset[str] | None
     states: list[TxnState]
     ids: frozenset[str]
+    part: EndedPart | None = None
+    columns: EndedColumns | None = None
 
     def first(self, count: int) -> _Built:
-        """Those of the first ``count`` END markers."""
+        """Those of the first ``count`` END markers (indexed again when asked)."""
         if count == len(self.states):
             return self
         states = self.states[:count]

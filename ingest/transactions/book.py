@@ -36,8 +36,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Annotated, Any, NamedTuple, TypeVar
 
 from pydantic import BeforeValidator, PlainSerializer, TypeAdapter, ValidationError
@@ -47,6 +48,7 @@ from ingest.errors import IngestError
 from ingest.transactions import ranges
 from ingest.transactions.markers import MarkerStatus, TransactionMarker
 from ingest.transactions.policy import OnTimeout
+from ingest.transactions.positions import EndedIndex
 from ingest.transactions.ranges import Ranges
 
 __all__ = [
@@ -545,7 +547,9 @@ class TransactionBook:
 
     # -- the direct path ---------------------------------------------------------------------
 
-    def frontier_candidates(self, tails: Mapping[_Key, PartitionTail]) -> tuple[str, ...]:
+    def frontier_candidates(
+        self, tails: Mapping[_Key, PartitionTail], index: EndedIndex | None = None
+    ) -> tuple[str, ...]:
         """The END-known transactions that can have no event beyond the batch's ranges: the
         longest prefix of commit order whose every transaction each partition has passed.
 
@@ -559,30 +563,28 @@ class TransactionBook:
         partition names (a table the job does not read, unless :attr:`collections` leaves it
         out) cannot complete, so it is never a candidate: give every partition its collection.
         Markers of the batch must be added first, its events after.
+
+        ``index``: the END-known transactions indexed ahead
+        (:mod:`ingest.transactions.positions`); used only when it is of this book's tuple,
+        else built here.
         """
-        index = {t.id: i for i, t in enumerate(self.ended)}
+        if index is None or index.states is not self.ended:
+            index = EndedIndex.of(self.ended)
         settled = {t.id for t in self.late} | set(self.recent)
         # how far the slowest partition of each collection got (None: of an unknown one)
         reach: dict[str | None, float] = {}
         for tail in tails.values():
-            upto = _passed(tail, index, settled)
+            upto = _passed(tail, index.place, settled)
             reach[tail.collection] = min(reach.get(tail.collection, math.inf), upto)
         anywhere = min(reach.values(), default=math.inf)
         unknown = reach.get(None, math.inf)
         wanted = None if self.collections is None else frozenset(self.collections)
-        # how far the transactions touching a set of collections may go (-1: none of them);
-        # computed once per distinct set: a batch has tens of thousands of transactions
-        limits: dict[tuple[str, ...], float] = {}
-        out: list[str] = []
-        for i, state in enumerate(self.ended):
-            touched = state.touched
-            limit = limits.get(touched)
-            if limit is None:
-                limit = limits[touched] = _limit(touched, reach, anywhere, unknown, wanted)
-            if i >= limit:
-                break
-            out.append(state.id)
-        return tuple(out)
+        # the first transaction past how far those touching its collections may go: the limit
+        # is asked once per combination of collections (a batch's tens of thousands of
+        # transactions touch a handful)
+        end = index.first_past(partial(_limit, reach=reach, anywhere=anywhere, unknown=unknown,
+                                       wanted=wanted))  # fmt: skip
+        return index.ids_before(end)
 
     # -- storing -----------------------------------------------------------------------------
 
@@ -643,6 +645,7 @@ _ADAPTER: TypeAdapter[TransactionBook] = TypeAdapter(TransactionBook)
 
 def _limit(
     touched: tuple[str, ...],
+    *,
     reach: Mapping[str | None, float],
     anywhere: float,
     unknown: float,
@@ -656,7 +659,7 @@ def _limit(
     return min(upto, unknown)
 
 
-def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) -> float:
+def _passed(tail: PartitionTail, place: Callable[[str], float], settled: set[str]) -> float:
     """How many END-known transactions (a prefix of them) the partition has passed.
 
     A transaction neither END-known nor published (``settled``) is open, or first seen in this
@@ -669,11 +672,11 @@ def _passed(tail: PartitionTail, index: Mapping[str, int], settled: set[str]) ->
     older event - tells nothing.)"""
     if tail.idle or tail.txn is None or tail.txn in settled:
         return 0
-    last = index.get(tail.txn, math.inf)
+    last = place(tail.txn)
     after = tail.after
     if after is None or after in settled or last == math.inf:
         return last
-    return last + 1 if index.get(after, math.inf) > last else last
+    return last + 1 if place(after) > last else last
 
 
 #: What an END's data collections tell the book: the events the job awaits, the collections.
