@@ -13,9 +13,11 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from catalog import manifest
 from catalog.manifest import FileManifest, fold_ops, parse_ops
 from catalog.model import ColumnStats, DataFile, FileAction
 
@@ -132,10 +134,13 @@ NAMES = st.sampled_from(["a", "b", "c", "d"])
 OPS = st.lists(st.tuples(st.sampled_from([ADD, DEL]), NAMES, st.integers(1, 3)), max_size=12)
 
 
-@given(st.lists(OPS, max_size=4))
-def test_fold_equals_replaying_each_snapshot_into_a_dict(groups):
+@given(st.lists(OPS, max_size=4), st.sampled_from([0, manifest.SMALL_FOLD]))
+def test_fold_equals_replaying_each_snapshot_into_a_dict(groups, small):
+    """Both folds: the columnar one and the replay of few ops (``SMALL_FOLD``)."""
     ops = [[(a, data_file(f"{name}.parquet", size)) for a, name, size in g] for g in groups]
-    assert fold(ops) == [reference(g) for g in ops]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest, "SMALL_FOLD", small)
+        assert fold(ops) == [reference(g) for g in ops]
 
 
 def test_a_stop_signal_during_a_parse_reaches_the_handler_and_cancels_nothing():
