@@ -38,12 +38,12 @@ import operator
 import threading
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, overload
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -535,8 +535,8 @@ def first_range(ranges: Sequence[OffsetRange]) -> tuple[str, int, int] | None:
 class BatchMarkers(NamedTuple):
     """What :func:`read_markers` read of a batch's transaction topics."""
 
-    ends: list[TransactionMarker]
-    """The END markers, in topic order."""
+    ends: Sequence[TransactionMarker]
+    """The END markers, in topic order (:class:`RunEnds`: decoded where asked)."""
     report: TaskReport
     """The figures of the records read, as a task would report them (records, ignored,
     tombstones, newest time)."""
@@ -597,7 +597,6 @@ def read_markers(
 ) -> BatchMarkers:
     """The END markers of the batch's ranges of transaction topics, with the records read
     (see :class:`BatchMarkers`)."""
-    markers: list[TransactionMarker] = []
     taken: list[MarkerRun] = []
     records: dict[str, int] = {}
     tombstones, stamps, ahead = 0, list[int](), 0
@@ -611,8 +610,6 @@ def read_markers(
             ahead += readahead.last_served
         runs = [run for run in runs if run.records]
         taken += runs
-        for run in runs:
-            markers += run.ends_only
         records[rng.topic] = records.get(rng.topic, 0) + sum(run.records for run in runs)
         tombstones += sum(run.tombstones for run in runs)
         stamps.extend(s for run in runs[-1:] if (s := run.last_timestamp_ms) is not None)
@@ -624,7 +621,43 @@ def read_markers(
         tombstones=tombstones,
         max_timestamp_ms=max(stamps, default=None),
     )
-    return BatchMarkers(markers, report, ahead, taken)
+    return BatchMarkers(RunEnds(taken), report, ahead, taken)
+
+
+class RunEnds(Sequence[TransactionMarker]):
+    """The END markers of a batch's runs, in topic order, each run's decoded only when one of
+    them is asked for: the book takes ENDs as their states, built straight from the records
+    (:meth:`MarkerRun.states`), and reads a marker only for a transaction it names already
+    (:meth:`TransactionBook.add_built`), a handful a batch.
+
+    Raises (when made):
+        BadTransactionMetadata: a record of a run is no marker.
+    """
+
+    def __init__(self, runs: Sequence[MarkerRun]) -> None:
+        self._runs = list(runs)
+        self._counts = [run.end_count for run in self._runs]
+
+    def __len__(self) -> int:
+        return sum(self._counts)
+
+    @overload
+    def __getitem__(self, at: int) -> TransactionMarker: ...
+    @overload
+    def __getitem__(self, at: slice) -> Sequence[TransactionMarker]: ...
+    def __getitem__(self, at: int | slice) -> TransactionMarker | Sequence[TransactionMarker]:
+        if isinstance(at, slice):
+            return list(self)[at]
+        if at < 0:
+            at += len(self)
+        for run, count in zip(self._runs, self._counts, strict=True):
+            if at < count:
+                return run.ends_only[at]
+            at -= count
+        raise IndexError("END marker index out of range")
+
+    def __iter__(self) -> Iterator[TransactionMarker]:
+        return chain.from_iterable(run.ends_only for run in self._runs)
 
 
 def partition_tails(

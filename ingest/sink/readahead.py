@@ -33,7 +33,7 @@ from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
-from ingest.transactions.book import TxnState, build_ends
+from ingest.transactions.book import TxnState, build_ends_at
 from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
     BadTransactionMetadata,
@@ -56,9 +56,10 @@ class MarkerRun:
 
     Lists per run, not an object per record: a batch reads tens of thousands of records here,
     and building a named tuple for each was a tenth of the driver's work on them. The END
-    markers are decoded when first asked for (:attr:`ends`), their transactions' states for
-    the book built likewise (:meth:`states`); a read-ahead does both as soon as it has read a
-    run (:meth:`decode_ahead`, :meth:`build_ahead`).
+    markers' states for the book are built when first asked for, straight from the records
+    (:meth:`states`), the markers themselves only if asked (:attr:`ends`: the book takes the
+    few ENDs of transactions it knows already from them); a read-ahead builds the states as
+    soon as it has read a run (:meth:`build_ahead`).
     """
 
     __slots__ = ("_built", "_ends", "_found", "_tombstones", "messages", "offsets", "values")
@@ -111,29 +112,21 @@ class MarkerRun:
             found = self._found = [end for end in self.ends if end is not None]
         return found
 
-    def decode_ahead(self) -> None:
-        """Decode the END markers now, on the read-ahead's thread while the batch's tasks run,
-        rather than in the next batch's start between two batches (``prepare_start``).
+    def build_ahead(self, collections: frozenset[str] | None) -> None:
+        """Build the END markers' transaction states for a book reading ``collections`` now,
+        on the read-ahead's thread (:func:`~ingest.transactions.book.build_ends_of`, straight
+        from the records: no marker is made; first seen now, when read), index them
+        (:meth:`indexed`) and count the tombstones, rather than in the next batch's start
+        between two batches (``prepare_start``). Nothing when a record is no marker (the
+        batch that asks raises, as it would have).
 
         Why: the driver's CPU costs more wall time between batches than during the tasks:
         1.5 s of it a run cost 2.0 ± 1.0 s there against 0.5 ± 1.1 s (bench/RESULTS.md, source
         transactions, run 20). (Decoding as the tasks end was tried before: it held the GIL
         against the batch's decision and commit, 80 ms instead of 30; a read-ahead reads
-        once the tasks run, and is done long before they end.) A record that is no marker is
-        left for the batch that asks, which raises as it would have. Its tombstones are
-        counted here too (a pass over the values: ~2 ms a benchmark batch)."""
+        once the tasks run, and is done long before they end.)"""
         _ = self.tombstones
         with contextlib.suppress(BadTransactionMetadata):
-            _ = self.ends_only
-
-    def build_ahead(self, collections: frozenset[str] | None) -> None:
-        """Build the END markers' transaction states for a book reading ``collections`` now,
-        on the read-ahead's thread (:func:`~ingest.transactions.book.build_ends`; first seen
-        now, when read), and index them (:meth:`indexed`), for the same reason as
-        :meth:`decode_ahead`. Nothing when the markers cannot be decoded (the batch raises)."""
-        if self._found is not None:
-            states, ids = build_ends(self._found, collections, time.time())
-            self._built = _Built(collections, states, ids)
             self.indexed(collections, time.time())
 
     def indexed(
@@ -158,7 +151,7 @@ class MarkerRun:
     def states(
         self, collections: frozenset[str] | None, now: float
     ) -> tuple[list[TxnState], frozenset[str]]:
-        """The transaction states of :attr:`ends`' END markers (in order) for a book reading
+        """The transaction states of the run's END markers (in order) for a book reading
         ``collections``, and their ids: built ahead, else now (first seen ``now``).
 
         Raises:
@@ -166,22 +159,33 @@ class MarkerRun:
         """
         built = self._built
         if built is None or built.collections != collections:
-            states, ids = build_ends(self.ends_only, collections, now)
-            built = self._built = _Built(collections, states, ids)
+            found = build_ends_at(self.values, collections, now)
+            records = [at for at, state in enumerate(found) if state is not None]
+            states = [state for state in found if state is not None]
+            ids = frozenset([state[0] for state in states])
+            built = self._built = _Built(collections, states, ids, records)
         return built.states, built.ids
+
+    @property
+    def end_count(self) -> int:
+        """How many END markers the run holds (from its states where built).
+
+        Raises:
+            BadTransactionMetadata: a record is no marker (see ``end_markers``).
+        """
+        built = self._built
+        return len(built.states) if built is not None else len(self.ends_only)
 
     def before(self, end: int) -> MarkerRun:
         """The records of this run below offset ``end``."""
         cut = bisect.bisect_left(self.offsets, end)
         if cut == len(self.offsets):
             return self
-        if self._ends is None:
-            return MarkerRun(self.messages[:cut], self.offsets[:cut], self.values[:cut])
-        ends = self._ends[:cut]
-        count = cut - ends.count(None)  # ENDs before the cut
-        built = None if self._built is None else self._built.first(count)
+        built = None if self._built is None else self._built.before(cut)
+        ends = None if self._ends is None else self._ends[:cut]
         run = MarkerRun(self.messages[:cut], self.offsets[:cut], self.values[:cut], ends, built)
-        run._found = None if self._found is None else self._found[:count]
+        if self._found is not None and ends is not None:
+            run._found = self._found[: cut - ends.count(None)]  # the ENDs before the cut
         return run
 
     @property
@@ -201,21 +205,25 @@ class MarkerRun:
 
 
 class _Built(NamedTuple):
-    """A run's END states built for a book reading ``collections``, and their index and columns
-    once made (see :meth:`MarkerRun.build_ahead`)."""
+    """A run's END states built for a book reading ``collections``, the records they were
+    built of (their places in the run), and their index and columns once made (see
+    :meth:`MarkerRun.build_ahead`)."""
 
     collections: frozenset[str] | None
     states: list[TxnState]
     ids: frozenset[str]
+    records: list[int]
     part: EndedPart | None = None
     columns: EndedColumns | None = None
 
-    def first(self, count: int) -> _Built:
-        """Those of the first ``count`` END markers (indexed again when asked)."""
+    def before(self, cut: int) -> _Built:
+        """Those of the records before ``cut`` (indexed again when asked)."""
+        count = bisect.bisect_left(self.records, cut)
         if count == len(self.states):
             return self
         states = self.states[:count]
-        return _Built(self.collections, states, frozenset([s.id for s in states]))
+        ids = frozenset([s.id for s in states])
+        return _Built(self.collections, states, ids, self.records[:count])
 
 
 @dataclass
@@ -347,7 +355,6 @@ class MarkerReadAhead:
     def _fill(self, rng: OffsetRange, ahead: _Ahead) -> None:
         for messages in read_messages(rng, self.kafka):
             found = MarkerRun.of(messages)
-            found.decode_ahead()
             found.build_ahead(self.collections)
             with ahead.changed:
                 ahead.runs.append(found)

@@ -38,6 +38,7 @@ __all__ = [
     "TransactionRef",
     "decode_end",
     "decode_ends",
+    "collections_read",
     "end_markers",
     "decode_marker",
     "is_transaction_topic",
@@ -251,6 +252,12 @@ _SEEN_LIMIT = 4096
 _new_marker = tuple.__new__  # a named tuple built without its Python-level __new__
 #: :func:`end_markers`' C loop (None where the extension is not loaded).
 _ENDS = None if native.EXTENSION is None else native.EXTENSION.ends
+
+
+def collections_read() -> Mapping[bytes, tuple[tuple[str, int], ...]]:
+    """The ``data_collections`` texts this process has read, and what each said (the cache the
+    C loops read from; it may be cleared at any time, and holds only what texts say)."""
+    return _SEEN_COLLECTIONS
 
 
 def _typed_end(value: bytes) -> TransactionMarker | None:

@@ -164,30 +164,38 @@ def test_a_first_batch_larger_than_the_read_ahead_reads_the_rest(
     ahead.close()
 
 
-def test_what_is_read_ahead_is_decoded_on_its_thread_not_by_the_batch(
+def test_what_is_read_ahead_is_built_on_its_thread_and_no_marker_is_made(
     topic: tuple[str, SourceOptions], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The read-ahead decodes the END markers as it reads, beside the batch's tasks; the next
-    batch's start (between batches, where the driver's CPU costs the most) decodes none."""
+    """The read-ahead builds the END markers' states as it reads, beside the batch's tasks,
+    straight from the records; the next batch's start (between batches, where the driver's CPU
+    costs the most) builds none, and no marker is decoded until one is asked for."""
     name, options = topic
+    building: list[str] = []
     decoding: list[str] = []
-    real = readahead.end_markers
+    real_build, real_decode = readahead.build_ends_at, readahead.end_markers
 
-    def watched(values: Sequence[bytes | None]) -> list[TransactionMarker | None]:
+    def built(values: Sequence[bytes | None], *args: Any) -> list[TxnState | None]:
+        building.append(threading.current_thread().name)
+        return real_build(values, *args)
+
+    def decoded(values: Sequence[bytes | None]) -> list[TransactionMarker | None]:
         decoding.append(threading.current_thread().name)
-        return real(values)
+        return real_decode(values)
 
-    monkeypatch.setattr(readahead, "end_markers", watched)
+    monkeypatch.setattr(readahead, "build_ends_at", built)
+    monkeypatch.setattr(readahead, "end_markers", decoded)
     ahead = MarkerReadAhead(options)
     first = OffsetRange(name, 0, 0, 100)
     ahead.records(first)
-    decoding.clear()  # only the read-ahead's range counts, not the first batch's own read
+    building.clear()  # only the read-ahead's range counts, not the first batch's own read
     ahead.begin(first, limit=100)
     got = ahead.records(OffsetRange(name, 0, 100, 200))
     batch = threading.current_thread().name
-    assert decoding and batch not in decoding  # decoded, all on the read-ahead's thread
-    assert ids(got) == [str(t) for t in range(51, 101)]
-    assert batch not in decoding  # nor when the batch read the markers
+    assert building and batch not in building  # built, all on the read-ahead's thread
+    states = [state.id for run in got for state in run.states(None, 0.0)[0]]
+    assert batch not in building and decoding == []  # as built: nothing built again, no marker
+    assert states == ids(got) == [str(t) for t in range(51, 101)]  # markers when asked
     ahead.close()
 
 
@@ -203,15 +211,14 @@ def test_the_read_ahead_builds_the_books_states_and_a_batch_only_what_it_read_it
     kafka.produce(name, markers(1, 300), partition=0)  # offsets 0..599
     options = SourceOptions(kafka_config={"bootstrap.servers": kafka.bootstrap_servers})
     building: list[tuple[str, int]] = []
-    real = readahead.build_ends
+    real = readahead.build_ends_at
 
-    def watched(
-        ends: Sequence[TransactionMarker | None], *args: Any
-    ) -> tuple[list[TxnState], frozenset[str]]:
-        building.append((threading.current_thread().name, len(ends)))
-        return real(ends, *args)
+    def watched(values: Sequence[bytes | None], *args: Any) -> list[TxnState | None]:
+        states = real(values, *args)
+        building.append((threading.current_thread().name, sum(s is not None for s in states)))
+        return states
 
-    monkeypatch.setattr(readahead, "build_ends", watched)
+    monkeypatch.setattr(readahead, "build_ends_at", watched)
     ahead = MarkerReadAhead(options, ["public.t"])
     book = TransactionBook(collections=("public.t",))
     # (batch's start, end, END states it builds itself): the first; as the read-ahead's range

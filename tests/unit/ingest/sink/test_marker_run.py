@@ -73,7 +73,6 @@ def test_a_batch_start_joins_the_runs_indexes_where_the_book_took_their_states_a
     runs = [MarkerRun.of([message(20 + i, end(txn))]) for i, txn in enumerate((3, 4, 5))]
     wanted = frozenset({"public.t"})
     for run in runs:
-        run.decode_ahead()
         run.build_ahead(wanted)
     markers = BatchMarkers([m for r in runs for m in r.ends_only], TaskReport(), 3, runs)
     kept = TxnState("1", 1.0, seen=0b10, ended=True, total=2, expected=2, touched=("public.t",))

@@ -1,8 +1,9 @@
-"""The driver's END markers in C (``ends`` in ``ingest/sink/_holdscan.c``) against their Python
-reference (``decode_end``): for any record - an END as Debezium writes it, spaced, reordered,
-with odd ids, counts and collections, cut short or bytes flipped, a BEGIN, a tombstone, no
-marker at all - :func:`end_markers` gives what ``decode_end`` gives, or raises what it raises;
-and the C loop does read the common END itself."""
+"""The driver's END markers in C (``ends`` and ``end_states`` in ``ingest/sink/_holdscan.c``)
+against their Python reference (``decode_end``, and ``build_ends`` of it): for any record - an
+END as Debezium writes it, spaced, reordered, with odd ids, counts and collections, cut short or
+bytes flipped, a BEGIN, a tombstone, no marker at all - :func:`end_markers` gives what
+``decode_end`` gives, and ``build_ends_of`` the states ``build_ends`` makes of those markers, or
+each raises what the reference raises; and the C loops do read the common END themselves."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.sink import _holdscan
+from ingest.transactions import book as book_module
 from ingest.transactions import markers
+from ingest.transactions.book import TxnState, build_ends, build_ends_at, build_ends_of
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     MarkerStatus,
     TransactionMarker,
     decode_end,
+    decode_ends,
     end_markers,
 )
 
@@ -227,3 +231,44 @@ def test_without_the_c_loop_ends_are_read_in_python(monkeypatch: pytest.MonkeyPa
 def test_the_c_loop_refuses_a_marker_type_that_is_no_tuple() -> None:
     with pytest.raises(TypeError):
         _holdscan.ends([], {}, dict, MarkerStatus.END)
+
+
+#: The collections a book may read (None: not known).
+WANTED = st.sampled_from([None, frozenset(), frozenset({"public.t0"}),
+                          frozenset({"public.t0", "public.t1", "s.é"})])  # fmt: skip
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(records(), max_size=12), st.booleans(), WANTED)
+def test_ends_read_straight_into_states_are_the_states_of_their_markers(
+    values: list[bytes | None], warm: bool, wanted: frozenset[str] | None
+) -> None:
+    """The book's states of the records' ENDs, read without markers (``end_states`` in C,
+    which leaves to Python what ``ends`` leaves), are ``build_ends`` of ``decode_end``: the
+    same states, the same refusals; and record by record, None for all but the ENDs."""
+    with collections_read(values if warm else []):
+        for value in values:
+            expected = outcome(lambda v=value: build_ends(decode_ends([v]), wanted, 7.0)[0])  # type: ignore[misc]
+            assert outcome(lambda v=value: build_ends_of([v], wanted, 7.0)[0]) == expected  # type: ignore[misc]
+        if all(outcome(lambda v=v: decode_end(v)) != "refused" for v in values):  # type: ignore[misc]
+            at = build_ends_at(values, wanted, 7.0)
+            assert [s is None for s in at] == [decode_end(v) is None for v in values]
+            assert [s for s in at if s] == build_ends(decode_ends(values), wanted, 7.0)[0]
+            assert all(type(s) is TxnState for s in at if s)
+
+
+def test_the_c_loop_reads_debeziums_end_into_its_state_itself() -> None:
+    end = (b'{"status":"END","id":"733:26386680","event_count":3,"data_collections":'
+           b'[{"data_collection":"public.a","event_count":2},'
+           b'{"data_collection":"public.b","event_count":1}],"ts_ms":1718000000000}')  # fmt: skip
+    values = [b'{"status":"BEGIN","id":"733:26386320"}', end, None, b""]
+    with collections_read([end]):
+        shapes = book_module._shapes(frozenset({"public.a"}))
+        found, odd = _holdscan.end_states(values, shapes, TxnState, 5.0)
+    assert odd == []
+    assert found == [None, build_ends([decode_end(end)], frozenset({"public.a"}), 5.0)[0][0],
+                     None, None]  # fmt: skip
+    assert found[1] == TxnState("733", 5.0, 0, True, 3, 2, ("public.a", "public.b"),
+                                1718000000000, f"{26386680:016x}" + "0" * 16)  # fmt: skip
+    with pytest.raises(TypeError):
+        _holdscan.end_states([], {}, dict, 5.0)
