@@ -896,107 +896,195 @@ lsn_position(const char *digits, Py_ssize_t n)
     return PyUnicode_FromStringAndSize(hex, 32);
 }
 
-/* The marker of one END of the common shape (a new reference), Py_None if its collections'
- * text is not in `seen` (NULL on error). */
+/* The value `table` (a dict keyed by data_collections texts) holds for the END's text: a new
+ * reference, or Py_None (new) when it holds none; NULL on error. Owned: the allocations that
+ * follow may run the collector, and with it code of another thread that changes `table`. */
 static PyObject *
-end_marker(const EndFields *f, PyObject *seen, PyTypeObject *marker_type, PyObject *end_status)
+by_collections(const EndFields *f, PyObject *table)
 {
     PyObject *key = PyBytes_FromStringAndSize(f->collections, f->collections_n);
     if (key == NULL)
         return NULL;
-    PyObject *collections = PyDict_GetItemWithError(seen, key);
+    PyObject *found = PyDict_GetItemWithError(table, key);
     Py_DECREF(key);
-    if (collections == NULL)
+    if (found == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    /* owned from here: the allocations below may run the collector, and with it code of
-     * another thread that clears `seen` */
-    Py_INCREF(collections);
-    const char *colon = memchr(f->id, ':', f->id_n);
-    Py_ssize_t head = colon == NULL ? 0 : colon - f->id;
-    PyObject *txn, *position;
-    if (colon != NULL && is_decimal(f->id, head) && is_decimal(colon + 1, f->id_n - head - 1)) {
-        txn = PyUnicode_FromStringAndSize(f->id, head);
-        position = lsn_position(colon + 1, f->id_n - head - 1);
-    }
-    else {
-        txn = PyUnicode_FromStringAndSize(f->id, f->id_n);
-        position = Py_NewRef(Py_None);
-    }
-    PyObject *count = PyLong_FromLongLong(f->count);
-    PyObject *ts = f->ts < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(f->ts);
-    PyObject *marker = marker_type->tp_alloc(marker_type, 6);
-    if (txn == NULL || position == NULL || count == NULL || ts == NULL || marker == NULL) {
-        Py_DECREF(collections);
-        Py_XDECREF(txn);
-        Py_XDECREF(position);
-        Py_XDECREF(count);
-        Py_XDECREF(ts);
-        Py_XDECREF(marker);
-        return NULL;
-    }
-    PyObject *fields[6] = {Py_NewRef(end_status), txn, count, collections, ts, position};
-    for (int i = 0; i < 6; i++)
-        PyTuple_SET_ITEM(marker, i, fields[i]);
-    return marker;
+    return Py_NewRef(found);
 }
 
-/* One record: its marker or None into `markers`, or its index into `odd` (and None). */
+/* The END's transaction (normalise_id) and source position (None where the id carries none),
+ * as decode_end names them: new references, 0; -1 on error. */
 static int
-end_record(PyObject *value, Py_ssize_t at, PyObject *seen, PyTypeObject *marker_type,
-           PyObject *end_status, PyObject *markers, PyObject *odd)
+end_id(const EndFields *f, PyObject **txn, PyObject **position)
 {
-    PyObject *marker = NULL; /* stays NULL for an odd record */
+    const char *colon = memchr(f->id, ':', f->id_n);
+    Py_ssize_t head = colon == NULL ? 0 : colon - f->id;
+    if (colon != NULL && is_decimal(f->id, head) && is_decimal(colon + 1, f->id_n - head - 1)) {
+        *txn = PyUnicode_FromStringAndSize(f->id, head);
+        *position = lsn_position(colon + 1, f->id_n - head - 1);
+    }
+    else {
+        *txn = PyUnicode_FromStringAndSize(f->id, f->id_n);
+        *position = Py_NewRef(Py_None);
+    }
+    if (*txn != NULL && *position != NULL)
+        return 0;
+    Py_CLEAR(*txn);
+    Py_CLEAR(*position);
+    return -1;
+}
+
+/* A tuple of `type` holding `fields` (stolen, all of them, also on failure). */
+static PyObject *
+filled(PyTypeObject *type, PyObject **fields, int count)
+{
+    PyObject *made = NULL;
+    int complete = 1;
+    for (int i = 0; i < count; i++)
+        complete = complete && fields[i] != NULL;
+    if (complete)
+        made = type->tp_alloc(type, count);
+    for (int i = 0; i < count; i++) {
+        if (made != NULL)
+            PyTuple_SET_ITEM(made, i, fields[i]);
+        else
+            Py_XDECREF(fields[i]);
+    }
+    return made;
+}
+
+/* What one kind of loop makes of an END of the common shape: a new reference, Py_None to
+ * leave it to Python, NULL on error. */
+typedef PyObject *(*EndMaker)(const EndFields *f, void *context);
+
+typedef struct {
+    PyObject *seen, *end_status;
+    PyTypeObject *marker_type;
+} MarkerContext;
+
+/* The TransactionMarker decode_end makes of the END; Py_None if its collections' text is not
+ * in `seen`. */
+static PyObject *
+end_marker(const EndFields *f, void *context)
+{
+    MarkerContext *c = context;
+    PyObject *collections = by_collections(f, c->seen);
+    if (collections == NULL || collections == Py_None)
+        return collections;
+    PyObject *txn, *position;
+    if (end_id(f, &txn, &position) < 0) {
+        Py_DECREF(collections);
+        return NULL;
+    }
+    PyObject *fields[6] = {
+        Py_NewRef(c->end_status), txn, PyLong_FromLongLong(f->count), collections,
+        f->ts < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(f->ts), position,
+    };
+    return filled(c->marker_type, fields, 6);
+}
+
+typedef struct {
+    PyObject *shapes, *first_seen;
+    PyTypeObject *state_type;
+} StateContext;
+
+/* The TxnState build_ends makes of the END; Py_None if its collections' text is not in
+ * `shapes`. */
+static PyObject *
+end_state(const EndFields *f, void *context)
+{
+    StateContext *c = context;
+    PyObject *shape = by_collections(f, c->shapes);
+    if (shape == NULL || shape == Py_None)
+        return shape;
+    if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 2) {
+        Py_DECREF(shape);
+        return PyErr_Format(PyExc_TypeError, "end_states: a shape must be (expected, touched)");
+    }
+    PyObject *txn, *position;
+    if (end_id(f, &txn, &position) < 0) {
+        Py_DECREF(shape);
+        return NULL;
+    }
+    PyObject *count = PyLong_FromLongLong(f->count);
+    PyObject *expected = PyTuple_GET_ITEM(shape, 0);
+    PyObject *fields[11] = {
+        txn, Py_NewRef(c->first_seen), PyLong_FromLong(0), Py_NewRef(Py_True), Py_XNewRef(count),
+        Py_XNewRef(expected == Py_None ? count : expected), Py_NewRef(PyTuple_GET_ITEM(shape, 1)),
+        f->ts < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(f->ts), position,
+        Py_NewRef(Py_None), Py_NewRef(Py_None),
+    };
+    Py_XDECREF(count);
+    Py_DECREF(shape);
+    return filled(c->state_type, fields, 11);
+}
+
+/* One record: what `make` makes of it, or None (a tombstone, an empty value, a BEGIN by its
+ * first bytes) into `found`; or, for one not of the common shape, its index into `odd` (and
+ * None into `found`). */
+static int
+end_record(PyObject *value, Py_ssize_t at, EndMaker make, void *context, PyObject *found,
+           PyObject *odd)
+{
+    PyObject *made = NULL; /* stays NULL for an odd record */
     if (value == Py_None)
-        return PyList_Append(markers, Py_None);
+        return PyList_Append(found, Py_None);
     if (PyBytes_CheckExact(value)) {
         const char *buf = PyBytes_AS_STRING(value);
         Py_ssize_t len = PyBytes_GET_SIZE(value);
         if (len == 0 || (len >= (Py_ssize_t)BEGIN_LEN && memcmp(buf, BEGIN_PREFIX, BEGIN_LEN) == 0))
-            return PyList_Append(markers, Py_None);
+            return PyList_Append(found, Py_None);
         EndFields f = {NULL, "", 0, 0, -1, -1, 0, 0, 0};
         if (end_fields(buf, len, &f)) {
-            marker = end_marker(&f, seen, marker_type, end_status);
-            if (marker == NULL)
+            made = make(&f, context);
+            if (made == NULL)
                 return -1;
-            if (marker == Py_None)
-                Py_CLEAR(marker);
+            if (made == Py_None)
+                Py_CLEAR(made);
         }
     }
-    if (marker != NULL)
-        return append_new(markers, marker);
+    if (made != NULL)
+        return append_new(found, made);
     if (append_new(odd, PyLong_FromSsize_t(at)) < 0)
         return -1;
-    return PyList_Append(markers, Py_None);
+    return PyList_Append(found, Py_None);
+}
+
+/* (found, odd) of every record of `values` (see end_record). */
+static PyObject *
+end_records(PyObject *values, EndMaker make, void *context)
+{
+    PyObject *records = PySequence_Fast(values, "values must be a sequence");
+    if (records == NULL)
+        return NULL;
+    PyObject *found = PyList_New(0), *odd = PyList_New(0), *result = NULL;
+    if (found == NULL || odd == NULL)
+        goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(records);
+    PyObject **items = PySequence_Fast_ITEMS(records);
+    for (Py_ssize_t at = 0; at < count; at++) {
+        if (end_record(items[at], at, make, context, found, odd) < 0)
+            goto done;
+    }
+    result = PyTuple_Pack(2, found, odd);
+done:
+    Py_DECREF(records);
+    Py_XDECREF(found);
+    Py_XDECREF(odd);
+    return result;
 }
 
 static PyObject *
 ends(PyObject *module, PyObject *args)
 {
-    PyObject *values, *seen, *end_status;
-    PyTypeObject *marker_type;
-    if (!PyArg_ParseTuple(args, "OO!O!O:ends", &values, &PyDict_Type, &seen, &PyType_Type,
-                          &marker_type, &end_status))
+    MarkerContext c;
+    PyObject *values;
+    if (!PyArg_ParseTuple(args, "OO!O!O:ends", &values, &PyDict_Type, &c.seen, &PyType_Type,
+                          &c.marker_type, &c.end_status))
         return NULL;
-    if (!PyType_IsSubtype(marker_type, &PyTuple_Type))
+    if (!PyType_IsSubtype(c.marker_type, &PyTuple_Type))
         return PyErr_Format(PyExc_TypeError, "ends: marker_type must be a tuple type");
-    PyObject *records = PySequence_Fast(values, "ends: values must be a sequence");
-    if (records == NULL)
-        return NULL;
-    PyObject *markers = PyList_New(0), *odd = PyList_New(0), *result = NULL;
-    if (markers == NULL || odd == NULL)
-        goto done;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(records);
-    PyObject **items = PySequence_Fast_ITEMS(records);
-    for (Py_ssize_t at = 0; at < count; at++) {
-        if (end_record(items[at], at, seen, marker_type, end_status, markers, odd) < 0)
-            goto done;
-    }
-    result = PyTuple_Pack(2, markers, odd);
-done:
-    Py_DECREF(records);
-    Py_XDECREF(markers);
-    Py_XDECREF(odd);
-    return result;
+    return end_records(values, end_marker, &c);
 }
 
 /* ---- The driver's END markers as the book's states (ingest/transactions/book.py) ----------
@@ -1016,116 +1104,19 @@ done:
  *
  * Why: the book takes a state per END, and the markers ends() made were only ever turned into
  * states (build_ends, a Python loop: ~15 ms a benchmark batch, on top of ~17 for ends()); the
- * few ENDs the book must take in place it reads from the states too (TxnState.ended_as). */
-
-static PyObject *
-end_state(const EndFields *f, PyObject *shapes, PyTypeObject *state_type, PyObject *first_seen)
-{
-    PyObject *key = PyBytes_FromStringAndSize(f->collections, f->collections_n);
-    if (key == NULL)
-        return NULL;
-    PyObject *shape = PyDict_GetItemWithError(shapes, key);
-    Py_DECREF(key);
-    if (shape == NULL)
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 2)
-        return PyErr_Format(PyExc_TypeError, "end_states: a shape must be (expected, touched)");
-    Py_INCREF(shape); /* owned: allocations below may run code that changes `shapes` */
-    const char *colon = memchr(f->id, ':', f->id_n);
-    Py_ssize_t head = colon == NULL ? 0 : colon - f->id;
-    PyObject *txn, *position;
-    if (colon != NULL && is_decimal(f->id, head) && is_decimal(colon + 1, f->id_n - head - 1)) {
-        txn = PyUnicode_FromStringAndSize(f->id, head);
-        position = lsn_position(colon + 1, f->id_n - head - 1);
-    }
-    else {
-        txn = PyUnicode_FromStringAndSize(f->id, f->id_n);
-        position = Py_NewRef(Py_None);
-    }
-    PyObject *count = PyLong_FromLongLong(f->count);
-    PyObject *seen = PyLong_FromLong(0);
-    PyObject *ts = f->ts < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(f->ts);
-    PyObject *state = state_type->tp_alloc(state_type, 11);
-    if (txn == NULL || position == NULL || count == NULL || seen == NULL || ts == NULL
-        || state == NULL) {
-        Py_DECREF(shape);
-        Py_XDECREF(txn);
-        Py_XDECREF(position);
-        Py_XDECREF(count);
-        Py_XDECREF(seen);
-        Py_XDECREF(ts);
-        Py_XDECREF(state);
-        return NULL;
-    }
-    PyObject *expected = PyTuple_GET_ITEM(shape, 0);
-    PyObject *fields[11] = {
-        txn, Py_NewRef(first_seen), seen, Py_NewRef(Py_True), Py_NewRef(count),
-        Py_NewRef(expected == Py_None ? count : expected), Py_NewRef(PyTuple_GET_ITEM(shape, 1)),
-        ts, position, Py_NewRef(Py_None), Py_NewRef(Py_None),
-    };
-    Py_DECREF(count);
-    Py_DECREF(shape);
-    for (int i = 0; i < 11; i++)
-        PyTuple_SET_ITEM(state, i, fields[i]);
-    return state;
-}
+ * few ENDs the book must take in place it reads from the markers, decoded when asked. */
 
 static PyObject *
 end_states(PyObject *module, PyObject *args)
 {
-    PyObject *values, *shapes, *first_seen;
-    PyTypeObject *state_type;
-    if (!PyArg_ParseTuple(args, "OO!O!O!:end_states", &values, &PyDict_Type, &shapes,
-                          &PyType_Type, &state_type, &PyFloat_Type, &first_seen))
+    StateContext c;
+    PyObject *values;
+    if (!PyArg_ParseTuple(args, "OO!O!O!:end_states", &values, &PyDict_Type, &c.shapes,
+                          &PyType_Type, &c.state_type, &PyFloat_Type, &c.first_seen))
         return NULL;
-    if (!PyType_IsSubtype(state_type, &PyTuple_Type))
+    if (!PyType_IsSubtype(c.state_type, &PyTuple_Type))
         return PyErr_Format(PyExc_TypeError, "end_states: state_type must be a tuple type");
-    PyObject *records = PySequence_Fast(values, "end_states: values must be a sequence");
-    if (records == NULL)
-        return NULL;
-    PyObject *states = PyList_New(0), *odd = PyList_New(0), *result = NULL;
-    if (states == NULL || odd == NULL)
-        goto done;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(records);
-    PyObject **items = PySequence_Fast_ITEMS(records);
-    for (Py_ssize_t at = 0; at < count; at++) {
-        PyObject *value = items[at], *state = NULL;
-        if (value == Py_None) {
-            if (PyList_Append(states, Py_None) < 0)
-                goto done;
-            continue;
-        }
-        if (PyBytes_CheckExact(value)) {
-            const char *buf = PyBytes_AS_STRING(value);
-            Py_ssize_t len = PyBytes_GET_SIZE(value);
-            if (len == 0 || (len >= (Py_ssize_t)BEGIN_LEN && memcmp(buf, BEGIN_PREFIX, BEGIN_LEN) == 0)) {
-                if (PyList_Append(states, Py_None) < 0)
-                    goto done;
-                continue;
-            }
-            EndFields f = {NULL, "", 0, 0, -1, -1, 0, 0, 0};
-            if (end_fields(buf, len, &f)) {
-                state = end_state(&f, shapes, state_type, first_seen);
-                if (state == NULL)
-                    goto done;
-                if (state == Py_None)
-                    Py_CLEAR(state);
-            }
-        }
-        if (state != NULL) {
-            if (append_new(states, state) < 0)
-                goto done;
-            continue;
-        }
-        if (append_new(odd, PyLong_FromSsize_t(at)) < 0 || PyList_Append(states, Py_None) < 0)
-            goto done;
-    }
-    result = PyTuple_Pack(2, states, odd);
-done:
-    Py_DECREF(records);
-    Py_XDECREF(states);
-    Py_XDECREF(odd);
-    return result;
+    return end_records(values, end_state, &c);
 }
 
 static PyMethodDef methods[] = {
