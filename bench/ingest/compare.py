@@ -207,6 +207,13 @@ def worktree(commit: str) -> Iterator[Path]:
                        capture_output=True)  # fmt: skip
 
 
+def _dirty(tree: Path) -> bool:
+    """Whether ``tree`` (a git checkout) has changes git would commit."""
+    done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
 def build_extension(tree: Path) -> None:
     """Build the tree's C extension in place, as an install would (trees without one: nothing)."""
     if not (tree / "setup.py").exists():
@@ -254,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     here = Path(__file__).resolve().parents[2]
     runs: dict[str, list[list[Round]]] = {THIS: [], THAT: []}
+    if _dirty(here):
+        print("warning: this tree has uncommitted changes: its runs take the files as they are "
+              "when each run starts (edit nothing meanwhile, or compare from a worktree of a "
+              "commit)", file=sys.stderr, flush=True)  # fmt: skip
     with worktree(args.against) as there:
         build_extension(there)
         sides = {THIS: loops(here), THAT: loops(there)}

@@ -14,6 +14,7 @@ from bench.ingest.compare import (
     THAT,
     THIS,
     Pooled,
+    _dirty,
     build_extension,
     difference,
     loops,
@@ -126,3 +127,12 @@ def test_the_other_tree_runs_the_c_loops_this_one_runs() -> None:
         assert loops(tree).startswith("python: the C extension is not built")
         build_extension(tree)
         assert loops(tree) == here == "native"
+
+
+def test_a_tree_with_uncommitted_changes_is_told_apart() -> None:
+    """The comparison warns when this tree has changes: every run reads its files afresh."""
+    with worktree("HEAD") as tree:
+        assert not _dirty(tree)
+        readme = tree / "bench" / "ingest" / "README.md"
+        readme.write_text(readme.read_text() + "\nedited\n")
+        assert _dirty(tree)
