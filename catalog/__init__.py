@@ -46,6 +46,7 @@ from catalog.errors import (
     UnavailableKind,
     VersionExpiredError,
     VersionNotFoundError,
+    WatermarkRegressed,
 )
 from catalog.files.storage import StorageError, StorageOptions
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta, without_internal
@@ -156,6 +157,7 @@ __all__ = [
     "VersionExpiredError",
     "VersionInfo",
     "VersionNotFoundError",
+    "WatermarkRegressed",
     "WriterProgress",
     "conform_changes",
     "lost_to_concurrent_write",

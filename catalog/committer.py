@@ -63,6 +63,7 @@ from catalog.errors import (
     ConflictKind,
     SchemaError,
     UnavailableKind,
+    WatermarkRegressed,
 )
 from catalog.logs import get_logger
 from catalog.meta import TableMeta
@@ -103,6 +104,8 @@ _LATEST = 2**62
 _FILLED_IN = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: SQLSTATE publish_commit raises when the decision it was sent no longer holds.
 _STALE = "LS001"
+#: SQLSTATE of a progress row whose source watermark would move back (migration 0010).
+_WATERMARK_BACK = "LS002"
 
 
 class _CommitSent(Exception):
@@ -253,7 +256,7 @@ class Committer:
         conn = publication.conn
         backend_pid = conn.info.backend_pid
         try:
-            with translate_errors():
+            with _regression_rejected(publication.request.key.writer_id), translate_errors():
                 if publication.locked:
                     with pipelined_transaction(conn):
                         outcome = publication.run()
@@ -693,6 +696,19 @@ def _table_heads_sql(*, lock: bool) -> LiteralString:
     if lock:
         return query("lock_tables")
     return query("commit_table_heads")
+
+
+@contextlib.contextmanager
+def _regression_rejected(writer_id: str) -> Iterator[None]:
+    """The progress row's refusal of a watermark that moves back, as :class:`WatermarkRegressed`
+    (the transaction rolled back: nothing of the commit landed)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if exc.sqlstate == _WATERMARK_BACK:
+            text = exc.diag.message_primary or str(exc)
+            raise WatermarkRegressed(text, writer_id=writer_id) from None
+        raise
 
 
 @contextlib.contextmanager

@@ -212,6 +212,16 @@ class CommitRejected(CommitError):
         self.table = table
 
 
+class WatermarkRegressed(CommitRejected):
+    """A streaming writer's commit whose source watermark lies before the one it committed last:
+    nothing landed. Publishing a source transaction before one that committed earlier is the
+    only way to get here (a bug, or ENDs delivered out of order), so it is never retried."""
+
+    def __init__(self, message: str, *, writer_id: str) -> None:
+        super().__init__(message)
+        self.writer_id = writer_id
+
+
 class CommitStateUnknown(CommitError):
     """The connection died during COMMIT. Never delete the files; resolve by the key."""
 

@@ -14,6 +14,7 @@ from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
 from ingest.transactions.policy import (
     DEFAULT_MAX_HOLD_S,
+    DEFAULT_PARTITION_IDLE_S,
     OnTimeout,
     TransactionConfigError,
     TransactionMode,
@@ -56,10 +57,17 @@ class IngestJobConfig:
     max_hold_s: float = DEFAULT_MAX_HOLD_S
     """Seconds a transaction may block publication before ``on_timeout`` applies."""
     on_timeout: OnTimeout = OnTimeout.WAIT
+    partition_idle_s: float = DEFAULT_PARTITION_IDLE_S
+    """With a transaction topic of several partitions: seconds after an END was read that a
+    partition with nothing more to read counts as past it (:mod:`ingest.transactions.order`)."""
 
     def __post_init__(self) -> None:
         if not self.max_hold_s > 0:
             raise TransactionConfigError(f"max_hold_s must be positive, not {self.max_hold_s}")
+        if not self.partition_idle_s >= 0:
+            raise TransactionConfigError(
+                f"partition_idle_s must be 0 or more, not {self.partition_idle_s}"
+            )
         if (
             self.transactions is TransactionMode.CONSISTENT
             and self.source_format is not SourceFormat.DEBEZIUM

@@ -758,6 +758,7 @@ def _outcomes() -> _Outcomes:
     errors was raised, and a command that never fails does not load them for this table."""
     from compaction import CompactionError, InvalidPolicyError
     from ingest.errors import IngestError
+    from ingest.transactions import TransactionConfigError
     from jobs.table_compact import UsageError as CompactUsageError
     from jobs.table_dml import DmlUsageError
     from jobs.table_maintenance import UsageError as MaintenanceUsageError
@@ -766,7 +767,13 @@ def _outcomes() -> _Outcomes:
         ((ConfigError,), EXIT_USAGE, ""),
         ((ValidationError,), EXIT_USAGE, "fix the setting named"),
         (
-            (CompactUsageError, MaintenanceUsageError, DmlUsageError, InvalidPolicyError),
+            (
+                CompactUsageError,
+                MaintenanceUsageError,
+                DmlUsageError,
+                InvalidPolicyError,
+                TransactionConfigError,
+            ),
             EXIT_USAGE,
             "",
         ),

@@ -30,7 +30,12 @@ from ingest.job import IngestJobConfig
 from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
 from ingest.sink.plan import SourceFormat
-from ingest.transactions import DEFAULT_MAX_HOLD_S, OnTimeout, TransactionMode
+from ingest.transactions import (
+    DEFAULT_MAX_HOLD_S,
+    DEFAULT_PARTITION_IDLE_S,
+    OnTimeout,
+    TransactionMode,
+)
 from jobs.column_types import column_field
 from jobs.settings import CatalogSettings, CommandSettings, Section
 
@@ -139,6 +144,10 @@ class TransactionsSection(Section):
     on_timeout: OnTimeout = OnTimeout.WAIT
     """``wait``: keep holding, warn once a minute; ``publish``: publish it incomplete and name it
     in the commit's source watermark."""
+    partition_idle_s: float = Field(default=DEFAULT_PARTITION_IDLE_S, ge=0)
+    """With a transaction topic of several partitions: seconds after an END marker was read
+    that a partition with nothing more to read counts as read past it (the time the
+    connector's producer is given to deliver markers to different partitions)."""
 
 
 class SparkSection(Section):
@@ -293,6 +302,7 @@ class IngestSettings(CommandSettings):
             transactions=self.transactions.mode,
             max_hold_s=self.transactions.max_hold_s,
             on_timeout=self.transactions.on_timeout,
+            partition_idle_s=self.transactions.partition_idle_s,
         )
 
 

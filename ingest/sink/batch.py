@@ -70,6 +70,7 @@ from ingest.sink.consistent import (
     PreparedStart,
     TxnPolicy,
     batch_ranges,
+    check_order_at_start,
     files_after,
     load_book,
     peek_next,
@@ -218,7 +219,11 @@ class BatchSink:
         self._txn_ms = self._release_ms = self._released = self._collect_ms = 0
         #: The Spark job of the batch's last write pass (its tasks), for the batch's log line.
         self._job_ms = 0
-        self._policy = TxnPolicy(settings.config.max_hold_s, settings.config.on_timeout)
+        self._policy = TxnPolicy(
+            settings.config.max_hold_s,
+            settings.config.on_timeout,
+            settings.config.partition_idle_s,
+        )
         #: ``transactions: consistent``: the next batch's markers, read while this one's tasks run.
         self._readahead = MarkerReadAhead(settings.kafka, self._collections())
         #: How long after a batch's start the read-ahead begins reading: as long as the first
@@ -244,6 +249,7 @@ class BatchSink:
         :meth:`MarkerReadAhead.begin_first`)."""
         if not self.settings.consistent:
             return
+        check_order_at_start(self.settings.kafka)
         if start is None:
             start = resumed_start(self.settings.config.checkpoint)
         if start:
@@ -615,6 +621,14 @@ class BatchSink:
                 "transaction_blocks_malformed",
                 events=malformed,
                 hint="these events were published as if they had no transaction block",
+            )
+        if decision.out_of_order:
+            bound.warning(
+                "transaction_out_of_order",
+                ids=list(decision.out_of_order[:10]),
+                count=len(decision.out_of_order),
+                hint="their END came after later transactions were published (named in the "
+                "commit's exceptions); raise transactions.partition_idle_s",
             )
         warning = decision.warning
         if warning is not None:

@@ -5,9 +5,10 @@ Per batch (see :class:`ingest.sink.batch.BatchSink`), before the tasks run:
 
 1. the book is read from the job's last commit (``job_state["transactions"]``), so a restart
    resumes from the catalog alone;
-2. the batch's range of the transaction topic (one partition, two small records per source
-   transaction) is read here and its markers are added to the book (the tasks skip that range;
-   the driver reports its records);
+2. the batch's range of the transaction topic (two small records per source transaction) is
+   read here and its END markers are added to the book - in topic order when the topic has one
+   partition, in commit order once every partition was read past them when it has several
+   (:func:`ordered_into`) - (the tasks skip that range; the driver reports its records);
 3. the last record of each data partition's range and the record after it are peeked, and
    the book names the transactions that can have no event beyond the batch
    (``frontier_candidates``): the tasks write those straight into the target tables, hold every
@@ -65,13 +66,13 @@ from catalog.logs import get_logger
 from ingest import startpoint
 from ingest.errors import IngestError
 from ingest.kafka.brokerview import BrokerView, consumer_config
-from ingest.kafka.offsets import OffsetRange, OffsetsJson, next_end, plan_ranges
+from ingest.kafka.offsets import OffsetRange, OffsetsJson, PartitionId, next_end, plan_ranges
 from ingest.kafka.offsets import from_json as offsets_from_json
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
 from ingest.sink.plan import ShippedIds
-from ingest.sink.readahead import MarkerReadAhead, MarkerRun, read_records
+from ingest.sink.readahead import MarkerReadAhead, MarkerRun, latest_offsets, read_records
 from ingest.sink.report import (
     TaskReport,
     TopicFigures,
@@ -91,10 +92,17 @@ from ingest.transactions.book import (
 from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
     BadTransactionMetadata,
+    MarkerStatus,
     TransactionMarker,
+    decode_marker,
     is_transaction_topic,
 )
-from ingest.transactions.policy import OnTimeout
+from ingest.transactions.order import UnorderedTransactions
+from ingest.transactions.policy import (
+    DEFAULT_PARTITION_IDLE_S,
+    OnTimeout,
+    TransactionConfigError,
+)
 from ingest.transactions.positions import EndedIndex, EndedPart
 
 log = get_logger("lakestream.ingest")
@@ -112,6 +120,9 @@ class CandidateNotPublished(IngestError):
 class TxnPolicy:
     max_hold_s: float
     on_timeout: OnTimeout
+    partition_idle_s: float = DEFAULT_PARTITION_IDLE_S
+    """With a multi-partition transaction topic: how long after an END was read a partition
+    read to its end counts as past it (:mod:`ingest.transactions.order`)."""
 
 
 def load_book(
@@ -363,19 +374,36 @@ def _start(
     started = time.monotonic()
     timings: dict[str, int] = {}
     tails: Mapping[Hashable, PartitionTail]
+    partitions = tuple(partitions)
     with ThreadPoolExecutor(max_workers=1) as pool:  # its thread starts only if peeking now
         tails_read = None
         if peeked is None:
             tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
         markers = read_markers(ranges, kafka, readahead)
         timings["markers_ms"] = _ms_since(started)
-        loaded, book = book, markers.into(book, now)
+        loaded = book
+        txn_topic = ordered_topic(partitions)
+        if txn_topic is None:
+            book = markers.into(book, now)
+        else:
+            book = ordered_into(
+                book,
+                markers,
+                ranges,
+                txn_topic,
+                kafka=kafka,
+                idle_s=policy.partition_idle_s,
+                now=now,
+            )
         if tails_read is not None:
             tails, timings["tails_ms"] = tails_read.result()
         else:
             assert peeked is not None
             tails, timings["peeked_ms"] = peeked.tails, peeked.peeked_ms
-    index, columns = markers.indexed(loaded, book, now)
+    if txn_topic is None:
+        index, columns = markers.indexed(loaded, book, now)
+    else:
+        index, columns = None, EndedColumns.of(book.ended)
     if tails:
         candidates = book.frontier_candidates(tails, index)
     else:
@@ -397,6 +425,138 @@ def _start(
     )
     _ = txn.publish  # built here, before the batch's tasks: their plan ships it
     return txn
+
+
+@dataclass(frozen=True)
+class OrderedTopic:
+    """The transaction topic when it has several partitions: its END markers are put in commit
+    order (:mod:`ingest.transactions.order`) before the book takes them."""
+
+    topic: str
+    partitions: tuple[int, ...]
+
+
+def ordered_topic(partitions: Iterable[tuple[str, int]]) -> OrderedTopic | None:
+    """The subscription's transaction topic when it has more than one partition (None: one
+    partition, whose order is commit order).
+
+    Raises:
+        TransactionConfigError: several transaction topics, one of them partitioned: no
+            commit order holds across two sources.
+    """
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        if is_transaction_topic(topic):
+            topics.setdefault(topic, []).append(partition)
+    many = [t for t, parts in topics.items() if len(parts) > 1]
+    if not many:
+        return None
+    if len(topics) > 1:
+        raise TransactionConfigError(
+            f"the job reads {len(topics)} transaction topics and {many[0]} has "
+            f"{len(topics[many[0]])} partitions: commit order is known only within one source "
+            "with a partitioned transaction topic; run one job per source, or recreate the topic "
+            "with 1 partition"
+        )
+    return OrderedTopic(many[0], tuple(sorted(topics[many[0]])))
+
+
+def ordered_into(
+    book: TransactionBook,
+    markers: BatchMarkers,
+    ranges: Sequence[OffsetRange],
+    topic: OrderedTopic,
+    *,
+    kafka: SourceOptions,
+    idle_s: float,
+    now: float,
+) -> TransactionBook:
+    """``book`` with the batch's END markers taken in commit order: those every partition of
+    the transaction topic has been read past (:class:`~ingest.transactions.order.EndOrder`).
+
+    A partition read to its end counts as past the ENDs read ``partition_idle_s`` before; when
+    only such partitions keep ENDs back, the batch waits out what is left of that time (at
+    most ``partition_idle_s``, only while a partition is idle: a light load) and looks again,
+    so that the last transactions of a burst are published with it, not with the next one.
+
+    Raises:
+        UnorderedTransactions: an END carries no commit position.
+    """
+    read_to = {r.partition: r.end for r in ranges if r.topic == topic.topic}
+    order = book.order.take(
+        markers.ends_by_partition(), read_to, now, topic.topic, len(topic.partitions)
+    )
+    ends = dict(order.read_to)
+    for patient in (False, True):
+        blocked = order.blocked_by(topic.partitions)
+        if not blocked:
+            break
+        newest = max(end.read_at for end in order.pending)
+        if patient:
+            time.sleep(max(0.0, min(idle_s, newest + idle_s - time.time())))
+        observed = time.time()
+        idle = caught_up(topic.topic, blocked, ends, kafka)
+        order = order.pass_idle(idle, read_by=observed - idle_s)
+        if len(idle) < len(blocked):
+            break  # a partition with more to read: its next batch moves it
+    released, order = order.release(topic.partitions)
+    book = replace(book, order=order)
+    return book.add_markers(released, now) if released else book
+
+
+def check_order_at_start(kafka: SourceOptions) -> None:
+    """Refuse, before the query starts, a transaction topic of several partitions whose END
+    markers carry no commit position (the last few records of each partition are looked at;
+    an empty topic passes here, and every batch checks its own ENDs).
+
+    Raises:
+        UnorderedTransactions: such an END was found.
+    """
+    view = BrokerView(kafka.kafka_config)
+    try:
+        found = view.partitions(kafka.subscription)
+        topic = ordered_topic((pid.topic, pid.partition) for pid in found)
+        if topic is None:
+            return
+        pids = [PartitionId(topic.topic, p) for p in topic.partitions]
+        marks = view.watermarks(pids)
+    finally:
+        view.close()
+    for pid, (low, high) in marks.items():
+        if high <= low:
+            continue
+        rng = OffsetRange(pid.topic, pid.partition, max(low, high - _START_CHECK_RECORDS), high)
+        for messages in read_messages(rng, kafka):
+            for message in messages:
+                marker = _marker_or_none(message.value())
+                end = marker is not None and marker.status is MarkerStatus.END
+                if end and marker is not None and marker.position is None:
+                    raise UnorderedTransactions(topic.topic, len(pids), marker.id)
+
+
+#: Records at the end of each partition of a transaction topic read when a job starts.
+_START_CHECK_RECORDS = 4
+
+
+def _marker_or_none(value: bytes | None) -> TransactionMarker | None:
+    """The marker in a record; None for a tombstone or a record that is no marker (the batch
+    that reads it makes a dead letter of it)."""
+    try:
+        return decode_marker(None, value)
+    except BadTransactionMetadata:
+        return None
+
+
+def caught_up(
+    topic: str, partitions: Sequence[int], ends: Mapping[int, int], kafka: SourceOptions
+) -> list[int]:
+    """The ``partitions`` of ``topic`` the job has read to their end (``ends``: how far; a
+    partition it never read from counts as read to 0), as the broker says now."""
+    pids = [PartitionId(topic, p) for p in partitions]
+    if not pids:
+        return []
+    latest = latest_offsets(pids, kafka)
+    return [pid.partition for pid in pids if ends.get(pid.partition, 0) >= latest[pid]]
 
 
 @dataclass(frozen=True)
@@ -544,6 +704,15 @@ class BatchMarkers(NamedTuple):
     """How many of the records a read-ahead had read (during the batch before, or as the job
     started)."""
     runs: list[MarkerRun]
+    places: list[tuple[str, int]]
+    """The topic and partition of each run."""
+
+    def ends_by_partition(self) -> dict[int, list[TransactionMarker]]:
+        """The END markers per partition of the transaction topic, each in topic order."""
+        ends: dict[int, list[TransactionMarker]] = {}
+        for (_, partition), run in zip(self.places, self.runs, strict=True):
+            ends.setdefault(partition, []).extend(run.ends_only)
+        return ends
 
     def built(self, collections: frozenset[str] | None, now: float) -> BuiltEnds:
         """The ENDs' transaction states for a book reading ``collections``: those a
@@ -598,6 +767,7 @@ def read_markers(
     """The END markers of the batch's ranges of transaction topics, with the records read
     (see :class:`BatchMarkers`)."""
     taken: list[MarkerRun] = []
+    places: list[tuple[str, int]] = []
     records: dict[str, int] = {}
     tombstones, stamps, ahead = 0, list[int](), 0
     for rng in ranges:
@@ -610,6 +780,7 @@ def read_markers(
             ahead += readahead.last_served
         runs = [run for run in runs if run.records]
         taken += runs
+        places += [(rng.topic, rng.partition)] * len(runs)
         records[rng.topic] = records.get(rng.topic, 0) + sum(run.records for run in runs)
         tombstones += sum(run.tombstones for run in runs)
         stamps.extend(s for run in runs[-1:] if (s := run.last_timestamp_ms) is not None)
@@ -621,7 +792,7 @@ def read_markers(
         tombstones=tombstones,
         max_timestamp_ms=max(stamps, default=None),
     )
-    return BatchMarkers(RunEnds(taken), report, ahead, taken)
+    return BatchMarkers(RunEnds(taken), report, ahead, taken, places)
 
 
 class RunEnds(Sequence[TransactionMarker]):

@@ -5,6 +5,8 @@ which transactions a commit publishes so that every lake version shows them whol
   ``transaction`` block of change events;
 * :mod:`ingest.transactions.book` - :class:`TransactionBook`, the pure bookkeeping of what is
   complete, held, published (the prefix rule is explained there);
+* :mod:`ingest.transactions.order` - commit order of END markers spread over several
+  partitions of the transaction topic;
 * :mod:`ingest.transactions.policy` - the ``transactions`` mode and ``on_timeout``.
 """
 
@@ -29,8 +31,10 @@ from ingest.transactions.markers import (
     normalise_id,
     transaction_ref,
 )
+from ingest.transactions.order import EndOrder, UnorderedTransactions
 from ingest.transactions.policy import (
     DEFAULT_MAX_HOLD_S,
+    DEFAULT_PARTITION_IDLE_S,
     OnTimeout,
     TransactionConfigError,
     TransactionMode,
@@ -39,6 +43,9 @@ from ingest.transactions.policy import (
 
 __all__ = [
     "DEFAULT_MAX_HOLD_S",
+    "DEFAULT_PARTITION_IDLE_S",
+    "EndOrder",
+    "UnorderedTransactions",
     "BadTransactionMetadata",
     "BadTransactionState",
     "Decision",

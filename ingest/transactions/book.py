@@ -2,8 +2,9 @@
 the next commit publishes.
 
 The rule (issue 13, ``transactions: consistent``): publication is a *prefix of commit order*.
-Commit order is the order of END markers in the transaction topic (one partition, written in
-commit order). A transaction is published in the first batch in which it and every transaction
+Commit order is the order in which the book takes END markers: the transaction topic's order
+when it has one partition (written in commit order), else the order :mod:`ingest.transactions.order`
+puts them in (by commit position, each only once every partition was read past it). A transaction is published in the first batch in which it and every transaction
 before it are complete - END seen and ``event_count`` distinct ``total_order`` ranks seen, over
 this batch and the held ones. Why a prefix and not "every complete transaction": with T1
 (A-=10, B+=10) held and T2 (A-=5, C+=5) complete, T2's row image of A already includes T1, so
@@ -53,6 +54,7 @@ from ingest.transactions.markers import (
     collections_read,
     decode_end,
 )
+from ingest.transactions.order import EndOrder
 from ingest.transactions.policy import OnTimeout
 from ingest.transactions.positions import EndedIndex
 from ingest.transactions.ranges import Ranges
@@ -253,6 +255,10 @@ class Decision:
     """The first held transaction: it keeps every later one back."""
     frontier: Point | None
     warning: HoldWarning | None = None
+    out_of_order: tuple[str, ...] = ()
+    """Those of ``publish`` that committed before the frontier they are published after (an
+    END that came later than the idleness rule of :mod:`ingest.transactions.order` allowed):
+    named in ``exceptions`` too, and the frontier stays where it was."""
 
     @property
     def watermark(self) -> SourcePoint | None:
@@ -307,6 +313,9 @@ class TransactionBook:
     warned_at: float | None = None
     collections: tuple[str, ...] | None = field(default=None)
     """The data collections the job reads, when known: END counts of others are not awaited."""
+    order: EndOrder = field(default_factory=EndOrder)
+    """ENDs of a multi-partition transaction topic not yet in commit order's reach (see
+    :mod:`ingest.transactions.order`); empty with one partition."""
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -413,12 +422,17 @@ class TransactionBook:
         timed-out ones count as complete and are named as exceptions), then late arrivals."""
         publish: list[str] = []
         exceptions: list[str] = []
+        out_of_order: list[str] = []
         frontier, blocking = self.frontier, None
         for state in self.ended:
             if not state.complete and not self._gives_up(state, now, max_hold, on_timeout):
                 blocking = state
                 break
             publish.append(state.id)
+            if _before(state, frontier):
+                out_of_order.append(state.id)
+                exceptions.append(state.id)
+                continue
             if not state.complete:
                 exceptions.append(state.id)
             frontier = _point(state, frontier)
@@ -444,6 +458,7 @@ class TransactionBook:
             blocking=None if blocking is None else blocking.id,
             frontier=frontier,
             warning=self._warning(held, now, max_hold),
+            out_of_order=tuple(out_of_order),
         )
 
     @staticmethod
@@ -515,6 +530,12 @@ class TransactionBook:
             return decision, book.apply(decision)
         states = self.ended[:head]
         head_ids = tuple([t.id for t in states])
+        early = tuple([t.id for t in states if _before(t, self.frontier)])
+        if early:  # out of commit order: decided one by one, with their exceptions
+            whole = tuple([t._replace(seen=t.seen | _all_ranks(t.total)) for t in states])
+            book = replace(self, ended=whole + self.ended[head:]).add_events(_ranks_only(rest), now)
+            decision = book.decide(now, max_hold, on_timeout)
+            return decision, book.apply(decision)
         tail = replace(self, ended=self.ended[head:], frontier=_prefix_point(states, self.frontier))
         book = tail.add_events(_ranks_only(rest), now)
         decision = book.decide(now, max_hold, on_timeout)
@@ -832,6 +853,18 @@ def _prefix_point(states: tuple[TxnState, ...], before: Point | None) -> Point:
         None if before is None else before.position,
     )
     return Point(last.id, position, last.ts_ms if last.ts_ms is not None else last.max_ts_ms)
+
+
+def _all_ranks(total: int | None) -> int:
+    """The mask of ranks 1..``total`` (0 when not known)."""
+    return 0 if total is None else (1 << (total + 1)) - 2
+
+
+def _before(state: TxnState, frontier: Point | None) -> bool:
+    """Whether ``state`` committed before the published ``frontier`` (both positions known)."""
+    if frontier is None or frontier.position is None or state.end_position is None:
+        return False
+    return state.end_position < frontier.position
 
 
 def _point(state: TxnState, before: Point | None) -> Point:

@@ -12,6 +12,7 @@ from ingest.transactions.markers import is_transaction_topic
 
 __all__ = [
     "DEFAULT_MAX_HOLD_S",
+    "DEFAULT_PARTITION_IDLE_S",
     "OnTimeout",
     "TransactionConfigError",
     "TransactionMode",
@@ -20,6 +21,9 @@ __all__ = [
 
 #: Seconds a transaction may block publication before ``on_timeout`` applies.
 DEFAULT_MAX_HOLD_S = 300.0
+#: With a transaction topic of several partitions: seconds after an END was read that a
+#: partition with nothing more to read counts as past it (:mod:`ingest.transactions.order`).
+DEFAULT_PARTITION_IDLE_S = 1.0
 
 
 class TransactionConfigError(IngestError, ValueError):

@@ -12,6 +12,7 @@ from catalog import (
     IdempotencyKey,
     SourcePoint,
     SourceWatermark,
+    WatermarkRegressed,
 )
 from catalog.schemas import to_base64
 from catalog.writes import stage_append, stage_changes, upserts
@@ -96,3 +97,35 @@ def test_a_commit_without_a_watermark_shows_none(catalog: Catalog):
     table = catalog.create_table("logs.events", SCHEMA)
     table.append(pa.table({"id": [1], "v": pa.array([1], pa.int32())}))
     assert table.history()[0].source_watermark is None
+
+
+def test_a_watermark_that_would_move_back_is_rejected_and_nothing_lands(catalog: Catalog):
+    """Issue 46: a commit whose source watermark lies before the writer's last one does not land
+    (the sign of transactions published out of commit order); an equal one, or none, does."""
+    table = catalog.create_table("shop.orders", SCHEMA)
+    data = pa.table({"id": [1], "v": pa.array([1], pa.int32())})
+
+    def commit(batch: int, position: str | None) -> None:
+        mark = None
+        if position is not None:
+            mark = SourceWatermark(batch=SourcePoint(position=position, transaction=f"t{batch}"))
+        catalog.commit(
+            CommitRequest(
+                tables=(stage_append(table.meta, data),),
+                key=IdempotencyKey(writer_id="job:a", batch_id=batch),
+                progress_key="job",
+                source_offsets={"t": {"0": batch}},
+                source_watermark=mark,
+            )
+        )
+
+    commit(0, "00" * 15 + "2a")
+    commit(1, "00" * 15 + "2a")  # the same point again (nothing new published): fine
+    with pytest.raises(WatermarkRegressed, match="would move back") as caught:
+        commit(2, "00" * 15 + "29")
+    assert isinstance(caught.value, CommitRejected) and caught.value.writer_id == "job:a"
+    assert table.current_version() == 2 and table.scan().count() == 2
+    assert catalog.writer_progress("job").source_offsets == {"t": {"0": 1}}
+    commit(2, None)  # a batch that publishes no transaction carries no watermark
+    commit(3, "00" * 14 + "012b")
+    assert table.scan().count() == 4
