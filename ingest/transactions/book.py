@@ -3,12 +3,14 @@ the next commit publishes.
 
 The rule (issue 13, ``transactions: consistent``): publication is a *prefix of commit order*.
 Commit order is the order in which the book takes END markers: the transaction topic's order
-when it has one partition (written in commit order), else the order :mod:`ingest.transactions.order`
-puts them in (by commit position, each only once every partition was read past it). A transaction is published in the first batch in which it and every transaction
-before it are complete - END seen and ``event_count`` distinct ``total_order`` ranks seen, over
-this batch and the held ones. Why a prefix and not "every complete transaction": with T1
-(A-=10, B+=10) held and T2 (A-=5, C+=5) complete, T2's row image of A already includes T1, so
-publishing T2 alone shows A and C without B - the sum is off by 10.
+when it has one partition (written in commit order), else the order
+:mod:`ingest.transactions.order` puts them in (by commit position, each only once every
+partition was read past it). A transaction is published in the first batch in which it and
+every transaction before it are complete - END seen and ``event_count`` distinct
+``total_order`` ranks seen, over this batch and the held ones. Why a prefix and not "every
+complete transaction": with T1 (A-=10, B+=10) held and T2 (A-=5, C+=5) complete, T2's row
+image of A already includes T1, so publishing T2 alone shows A and C without B - the sum is off
+by 10.
 
 Transactions whose END is not seen yet ("open") come after every END-known one in commit order:
 the transaction topic is read in order, so an END before a known END is known too. They wait at
