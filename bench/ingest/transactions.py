@@ -4,8 +4,10 @@ The workload is the ingest benchmark's (``workload.py``: Debezium 3.x change eve
 envelope, schemaless) spread over three tables (``key % 3``; each topic has 2 partitions by key)
 and cut into source transactions of 1-20 consecutive events, as Debezium with
 ``provide.transaction.metadata=true`` writes them: each event carries its ``transaction`` block
-(``id``, ``total_order``, ``data_collection_order``), and the one-partition transaction topic a
-BEGIN and an END (with per-table counts) per transaction.
+(``id``, ``total_order``, ``data_collection_order``), and the transaction topic a BEGIN and an
+END (with per-table counts) per transaction: on one partition, or with
+``--transaction-partitions N`` spread over N by transaction id (as Debezium's keyed markers are
+by the default partitioner), which the job then puts in commit order (issue 46).
 
 Both modes read the same topics (the transaction topic included; ``eventual`` ignores it) into
 tables created up front, one after another, never in parallel, ``--repeat`` rounds with the order
@@ -23,6 +25,7 @@ runs first in round 0, so its median averaged a cold run with a warm one and the
 0.04-0.08 too high.
 
     python -m bench.ingest.transactions [--events 1000000] [--transactions both|consistent|eventual]
+        [--transaction-partitions 1]
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ class TxnWorkload:
     prefix: str
     #: transaction number of each event
     txn_of: np.ndarray
+    #: partitions of the transaction topic (markers spread by transaction id)
+    marker_partitions: int = 1
 
     @property
     def transactions(self) -> int:
@@ -89,13 +94,15 @@ class TxnWorkload:
         return len(np.unique(keys))
 
 
-def make(events: int, keys: int, prefix: str, seed: int = 42) -> TxnWorkload:
+def make(
+    events: int, keys: int, prefix: str, seed: int = 42, marker_partitions: int = 1
+) -> TxnWorkload:
     base = generate(events, keys, PARTITIONS * TABLES, embedded_schema=False, seed=seed)
     rng = np.random.default_rng(seed + 1)
     sizes = rng.integers(1, 21, size=events // 5 + 2)
     starts = np.cumsum(sizes)
     txn_of = np.searchsorted(starts, np.arange(events), side="right")
-    return TxnWorkload(base, prefix, txn_of.astype(np.int64))
+    return TxnWorkload(base, prefix, txn_of.astype(np.int64), marker_partitions)
 
 
 def messages(work: TxnWorkload) -> Iterator[tuple[str, int, bytes | None, bytes]]:
@@ -113,7 +120,8 @@ def messages(work: TxnWorkload) -> Iterator[tuple[str, int, bytes | None, bytes]
             j += 1
         tx_id = 1_000 + txn
         begin_lsn = _LSN_BASE + i * _LSN_STEP
-        yield marker_topic, 0, None, b'{"status":"BEGIN","id":"%d:%d"}' % (tx_id, begin_lsn)
+        home = tx_id % work.marker_partitions
+        yield marker_topic, home, None, b'{"status":"BEGIN","id":"%d:%d"}' % (tx_id, begin_lsn)
         counts = [0] * TABLES
         for order, e in enumerate(range(i, j), start=1):
             key = keys[e]
@@ -141,7 +149,7 @@ def messages(work: TxnWorkload) -> Iterator[tuple[str, int, bytes | None, bytes]
             ],
             "ts_ms": 1_718_000_000_000 + j // 100,
         }
-        yield marker_topic, 0, None, orjson.dumps(end)
+        yield marker_topic, home, None, orjson.dumps(end)
         i = j
 
 
@@ -243,6 +251,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--transactions", choices=["both", "consistent", "eventual"],
                         default="both")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--transaction-partitions",
+        type=int,
+        default=1,
+        help="partitions of the transaction topic (markers spread by id)",
+    )
     parser.add_argument("--max-offsets", type=int, default=250_000)
     parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--warmup-events", type=int,
@@ -274,12 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             conn.execute(f"CREATE DATABASE {_DB}")
         catalog = Catalog.connect(pg.dsn(_DB), warehouse=workdir / "warehouse")
         bootstrap = broker.bootstrap_servers
-        warm = make(args.warmup_events, max(1, args.warmup_events // 5), "warm", seed=1)
-        work = make(args.events, args.keys, PREFIX)
+        parts = args.transaction_partitions
+        warm = make(args.warmup_events, max(1, args.warmup_events // 5), "warm", 1, parts)
+        work = make(args.events, args.keys, PREFIX, marker_partitions=parts)
         for w in (warm, work):
             for t in range(TABLES):
                 create_topic(bootstrap, topic_of(t, w.prefix), PARTITIONS)
-            create_topic(bootstrap, f"{w.prefix}.transaction", 1)
+            create_topic(bootstrap, f"{w.prefix}.transaction", w.marker_partitions)
             seconds = produce(bootstrap, w)
             progress(f"{w.prefix}: {w.base.events:,} events in {w.transactions:,} transactions "
                      f"produced in {seconds:.1f}s")  # fmt: skip
@@ -311,7 +326,8 @@ def report(runs: list[Run], args: argparse.Namespace, load: tuple[float, float, 
     lines = [
         f"command: python -m bench.ingest.transactions {' '.join(sys.argv[1:])}",
         f"events {args.events:,}, keys {args.keys:,}, tables {TABLES} x {PARTITIONS} partitions, "
-        f"transactions of 1-20 events, maxOffsetsPerTrigger {args.max_offsets:,}, "
+        f"transactions of 1-20 events (transaction topic: {args.transaction_partitions} "
+        f"partition(s)), maxOffsetsPerTrigger {args.max_offsets:,}, "
         f"buckets {args.buckets}, warm-up {args.warmup_events:,} events "
         f"a mode; load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
         "",

@@ -487,7 +487,10 @@ def ordered_into(
         markers.ends_by_partition(), read_to, now, topic.topic, len(topic.partitions)
     )
     ends = dict(order.read_to)
+    released: list[TransactionMarker] = []
     for patient in (False, True):
+        out, order = order.release(topic.partitions)
+        released += out
         blocked = order.blocked_by(topic.partitions)
         if not blocked:
             break
@@ -499,7 +502,15 @@ def ordered_into(
         order = order.pass_idle(idle, read_by=observed - idle_s)
         if len(idle) < len(blocked):
             break  # a partition with more to read: its next batch moves it
-    released, order = order.release(topic.partitions)
+    out, order = order.release(topic.partitions)
+    released += out
+    log.debug(
+        "transaction_ends_ordered",
+        topic=topic.topic,
+        released=len(released),
+        pending=len(order.pending),
+        blocked_by=list(order.blocked_by(topic.partitions)),
+    )
     book = replace(book, order=order)
     return book.add_markers(released, now) if released else book
 

@@ -113,13 +113,13 @@ class EndOrder:
         )
 
     def blocked_by(self, partitions: Iterable[int]) -> tuple[int, ...]:
-        """The partitions (of ``partitions``, the topic's) whose reach keeps the oldest pending
-        END back: none read past it."""
+        """The partitions (of ``partitions``, the topic's) whose reach keeps a pending END
+        back: not read past the last of them."""
         if not self.pending:
             return ()
-        first = self.pending[0].position
+        last = self.pending[-1].position
         reach = dict(self.reach)
-        return tuple(p for p in partitions if reach.get(p, "") < first)
+        return tuple(p for p in partitions if reach.get(p, "") < last)
 
     def pass_idle(self, idle: Iterable[int], read_by: float) -> EndOrder:
         """With each ``idle`` partition (read to its end) past every pending END read at
