@@ -9,9 +9,9 @@ from pathlib import Path
 from catalog import DEFAULT_HASH_BUCKETS
 from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt
-from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
+from ingest.formats import SourceFormat
+from ingest.kafka.errors import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
-from ingest.sink.plan import SourceFormat
 from ingest.transactions.policy import (
     DEFAULT_MAX_HOLD_S,
     DEFAULT_PARTITION_IDLE_S,

@@ -701,6 +701,9 @@ def ingest(
     config: Annotated[Path, typer.Option("--config", help="ingest YAML (see README)")],
 ) -> None:
     """Run the streaming ingest job (Kafka -> tables); stops cleanly on SIGTERM."""
+    from jobs.ingest_config import IngestSettings
+
+    IngestSettings.from_yaml(config)  # a mistake in the file is named before a missing extra
     from jobs.ingest_main import main as ingest_main
 
     raise typer.Exit(ingest_main(config))

@@ -25,11 +25,11 @@ import pyarrow as pa
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from catalog import DEFAULT_HASH_BUCKETS
+from ingest.config import IngestJobConfig
 from ingest.debezium import DecoderConfig
-from ingest.job import IngestJobConfig
-from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
+from ingest.formats import SourceFormat
+from ingest.kafka.errors import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.sink.guard import DeadLetterGuard
-from ingest.sink.plan import SourceFormat
 from ingest.transactions import (
     DEFAULT_MAX_HOLD_S,
     DEFAULT_PARTITION_IDLE_S,

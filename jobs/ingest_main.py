@@ -3,7 +3,9 @@
 The catalog and the brokers are checked before Spark starts (Spark costs ~6 s and a JVM), so a
 wrong DSN or broker address is one ``ingest_failed`` line within seconds. Whatever stops the
 run - a catalog or broker outage beyond its budget, a failed batch, a Spark failure - ends in
-one ``ingest_failed`` line and exit code 1; SIGTERM stops it between batches with exit code 0.
+one ``ingest_failed`` line and exit code 1 (2 for a source set up in a way the configured mode
+cannot work with, such as a partitioned transaction topic without commit positions); SIGTERM
+stops it between batches with exit code 0.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ingest.freshness import JobWatch
 from ingest.kafka.errors import BrokerUnavailableError
 from ingest.kafka.options import Subscription
 from ingest.metrics import IngestMetrics
+from ingest.transactions import TransactionConfigError, TransactionMode
 from jobs.httpserve import MetricsServer
 from jobs.ingest_config import IngestSettings, describe
 from jobs.logs import configure_logging
@@ -67,6 +70,9 @@ def main(config_path: Path) -> int:
             outage_s=round(exc.outage_s, 1),
         )
         return 1
+    except TransactionConfigError as exc:  # the source's set-up, not a failure of the run
+        log.error("ingest_failed", error=str(exc), kind=type(exc).__name__)
+        return 2
     except IngestError as exc:
         log.error("ingest_failed", error=str(exc), kind=getattr(exc, "kind", type(exc).__name__))
         return 1
@@ -79,8 +85,10 @@ def main(config_path: Path) -> int:
 
 def _run(settings: IngestSettings) -> int:
     """Check the catalog and the brokers, then start Spark and run; the batches committed."""
-    from ingest.job import run_ingest
+    from ingest.job import run_ingest, source_options
     from ingest.kafka.brokerview import check_brokers
+    from ingest.kafka.options import parse_options
+    from ingest.sink.consistent import check_order_at_start
 
     dsn = settings.catalog.dsn.get_secret_value()
     outage = OutagePolicy(budget=settings.catalog.outage_budget)
@@ -88,6 +96,8 @@ def _run(settings: IngestSettings) -> int:
     with contextlib.ExitStack() as stack:
         catalog = stack.enter_context(_open_catalog(settings, outage))
         check_brokers({**job.kafka_options, "bootstrap.servers": job.bootstrap_servers})
+        if job.transaction_mode is TransactionMode.CONSISTENT:  # refused before Spark starts
+            check_order_at_start(parse_options(source_options(job, job.starting_offsets)))
         metrics = _serve_metrics(settings, catalog, stack)
         spark = _spark_session(settings)
         stack.callback(spark.stop)

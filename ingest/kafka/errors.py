@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from ingest.errors import IngestError
 
+#: Seconds a broker outage is waited out before a job gives up (planning, reads without
+#: progress); here, beside the error it ends in, so settings read it without the Kafka client.
+DEFAULT_BROKER_OUTAGE_BUDGET_S = 300.0
+
 
 class KafkaSourceError(IngestError):
     """Root of every error raised by ``ingest.kafka``."""

@@ -25,11 +25,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from catalog import RetryPolicy, one_line
 from catalog.logs import get_logger
-from ingest.kafka.errors import BrokerQueryError, BrokerUnavailableError
+from ingest.kafka.errors import (
+    DEFAULT_BROKER_OUTAGE_BUDGET_S,
+    BrokerQueryError,
+    BrokerUnavailableError,
+)
 
 T = TypeVar("T")
-
-DEFAULT_BROKER_OUTAGE_BUDGET_S = 300.0
 
 #: librdkafka errors that mean "the brokers could not be reached (in time)".
 _UNREACHABLE = frozenset(

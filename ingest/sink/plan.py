@@ -13,21 +13,16 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from catalog import DataFile, TableMeta
 from ingest.debezium import DecoderConfig
+from ingest.formats import SourceFormat
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
 from ingest.sink import native
-
-
-class SourceFormat(StrEnum):
-    DEBEZIUM = "debezium"
-    JSON = "json"
 
 
 @dataclass(frozen=True)

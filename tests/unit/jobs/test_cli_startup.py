@@ -51,3 +51,25 @@ def test_a_failure_finds_its_exit_code_though_its_package_loaded_after_the_cli()
     assert explain(IngestError("the broker went away")) == (EXIT_FAILED, "the broker went away")
     assert explain(bad_property)[0] == EXIT_USAGE
     assert explain(UsageError("name the tables")) == (EXIT_USAGE, "name the tables")
+
+
+def test_an_ingest_file_with_an_unknown_key_is_named_before_a_missing_kafka_client(tmp_path):
+    """On an install without the Spark extra, a mistake in the file is still the first thing
+    the user hears about: the key, exit code 2 (issue 48)."""
+    config = tmp_path / "ingest.yaml"
+    config.write_text(
+        "job: shop\ncatalog: {dsn: 'postgresql://u@127.0.0.1:1/x'}\n"
+        "kafka: {bootstrap_servers: '127.0.0.1:1'}\nsource: {topics: [a.b.c]}\n"
+        "checkpoint: /tmp/x\ntransactionz: consistent\n"
+    )
+    hide_extras = (
+        "import sys; sys.modules['confluent_kafka'] = None; sys.modules['pyspark'] = None; "
+        f"from jobs.cli import main; sys.exit(main(['ingest', '--config', {str(config)!r}]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide_extras], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "transactionz" in lines[0], lines
+    assert "not installed" not in lines[0]

@@ -29,7 +29,9 @@ from bench.ingest.transactions import report as bench_report
 from ingest.transactions import TransactionMode
 
 C, E = TransactionMode.CONSISTENT, TransactionMode.EVENTUAL
-ARGS = argparse.Namespace(events=1000, keys=100, max_offsets=250, buckets=4, warmup_events=1000)
+ARGS = argparse.Namespace(
+    events=1000, keys=100, max_offsets=250, buckets=4, warmup_events=1000, transaction_partitions=1
+)
 
 
 def printed(*runs: tuple[TransactionMode, float, float]) -> str:

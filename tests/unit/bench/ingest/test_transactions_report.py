@@ -9,7 +9,9 @@ from bench.ingest.transactions import Run, report
 from ingest.transactions import TransactionMode
 
 C, E = TransactionMode.CONSISTENT, TransactionMode.EVENTUAL
-ARGS = argparse.Namespace(events=1000, keys=100, max_offsets=250, buckets=4, warmup_events=1000)
+ARGS = argparse.Namespace(
+    events=1000, keys=100, max_offsets=250, buckets=4, warmup_events=1000, transaction_partitions=1
+)
 
 
 def run(mode: TransactionMode, seconds: float, driver: float, workers: float) -> Run:

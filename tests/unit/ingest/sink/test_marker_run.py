@@ -74,7 +74,8 @@ def test_a_batch_start_joins_the_runs_indexes_where_the_book_took_their_states_a
     wanted = frozenset({"public.t"})
     for run in runs:
         run.build_ahead(wanted)
-    markers = BatchMarkers([m for r in runs for m in r.ends_only], TaskReport(), 3, runs)
+    places = [("db.transaction", 0)] * len(runs)
+    markers = BatchMarkers([m for r in runs for m in r.ends_only], TaskReport(), 3, runs, places)
     kept = TxnState("1", 1.0, seen=0b10, ended=True, total=2, expected=2, touched=("public.t",))
     loaded = TransactionBook(ended=(kept,), collections=("public.t",))
     book = markers.into(loaded, 5.0)
