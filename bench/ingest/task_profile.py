@@ -37,10 +37,11 @@ from catalog import Catalog, TableNotFoundError
 from catalog.meta import TableMeta
 from catalog.writes import changes, stage_changes
 from ingest.debezium import DecoderConfig, decode_chunks
+from ingest.formats import SourceFormat
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import parse_options
 from ingest.kafka.schema import RANGE_SCHEMA, arrow_schema, range_batch, ranges_of
-from ingest.sink.plan import SinkPlan, SourceFormat
+from ingest.sink.plan import SinkPlan
 from ingest.sink.report import TaskReport, read_report
 from ingest.sink.task import DEAD_LETTER_SCHEMA, read_chunks, write_task
 

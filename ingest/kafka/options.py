@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from ingest.kafka.errors import KafkaOptionError
+from ingest.kafka.errors import DEFAULT_BROKER_OUTAGE_BUDGET_S, KafkaOptionError
 from ingest.kafka.offsets import EARLIEST, LATEST, PartitionId
-from ingest.kafka.outage import DEFAULT_BROKER_OUTAGE_BUDGET_S
 
 SUBSCRIBE = "subscribe"
 SUBSCRIBE_PATTERN = "subscribePattern"

@@ -25,9 +25,9 @@ from catalog import (
 )
 from ingest.debezium import SEQ_WIDTH, DecoderConfig
 from ingest.debezium.topics import route_topic
+from ingest.formats import SourceFormat
 from ingest.kafka.brokerview import BrokerView
 from ingest.kafka.options import SourceOptions
-from ingest.sink.plan import SourceFormat
 
 
 def create_cdc_table(

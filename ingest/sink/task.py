@@ -38,13 +38,14 @@ from ingest.debezium import (
     RecordChunk,
     decode_chunks,
 )
+from ingest.formats import SourceFormat
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import MessageField, message_key, message_millis, read_messages
 from ingest.kafka.schema import offset_of, ranges_of
 from ingest.logs import configure_worker_logging
 from ingest.sink.held import HELD_SCHEMA, HeldSplit, chunks_of, sub_chunk
-from ingest.sink.plan import SinkPlan, SourceFormat
+from ingest.sink.plan import SinkPlan
 from ingest.sink.report import (
     NewTable,
     TableCounts,

@@ -23,8 +23,8 @@ import pytest
 from catalog import Catalog
 from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt, Failpoint
+from ingest.formats import SourceFormat
 from ingest.job import IngestJobConfig, IngestRun, run_ingest
-from ingest.sink.plan import SourceFormat
 from ingest.startpoint import StartOrigin
 from tests.fixtures.feeds import Feed, stored_offsets
 

@@ -13,8 +13,8 @@ from catalog import Catalog
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY
 from catalog.model import SEQUENCE_COLUMN
 from ingest.failpoints import FailAt, Failpoint
+from ingest.formats import SourceFormat
 from ingest.job import IngestJobConfig, run_ingest
-from ingest.sink.plan import SourceFormat
 from tests.fixtures.logcapture import capture_events
 from tests.integration.ingest.test_ingest_job import DLQ, Source, cdc_config, table_state
 

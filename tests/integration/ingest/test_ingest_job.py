@@ -12,8 +12,8 @@ import pytest
 from catalog import Catalog
 from ingest.collector import YOUNG_THRESHOLD
 from ingest.debezium import DecoderConfig
+from ingest.formats import SourceFormat
 from ingest.job import IngestJobConfig, run_ingest
-from ingest.sink.plan import SourceFormat
 from tests.fixtures.debezium_events import (
     CUSTOMER_FIELDS,
     customer,

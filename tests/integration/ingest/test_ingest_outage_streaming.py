@@ -39,8 +39,8 @@ from catalog import (
     Table,
 )
 from catalog.meta import TableMeta
+from ingest.formats import SourceFormat
 from ingest.job import IngestJobConfig, run_ingest
-from ingest.sink.plan import SourceFormat
 from tests.fixtures.faultproxy import CutRule, FaultProxy
 from tests.fixtures.feeds import Feed, stored_offsets
 from tests.fixtures.logcapture import capture_events

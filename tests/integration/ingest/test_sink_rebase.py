@@ -24,9 +24,9 @@ from catalog import (
 )
 from ingest.config import IngestJobConfig
 from ingest.debezium import DecoderConfig
+from ingest.formats import SourceFormat
 from ingest.kafka.options import SourceOptions, Subscription
 from ingest.sink.batch import BatchSink, SinkSettings
-from ingest.sink.plan import SourceFormat
 from tests.fixtures.commits import adds, file_names
 from tests.fixtures.racing import FakeTime, RacingCatalog, racing_pair
 

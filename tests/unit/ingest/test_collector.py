@@ -61,7 +61,8 @@ def test_the_task_function_tunes_its_worker_before_it_reads_anything() -> None:
         from ingest.collector import YOUNG_THRESHOLD
         from ingest.debezium import DecoderConfig
         from ingest.kafka.options import parse_options
-        from ingest.sink.plan import SinkPlan, SourceFormat
+        from ingest.formats import SourceFormat
+        from ingest.sink.plan import SinkPlan
         from ingest.sink.report import TaskReport
         from ingest.sink.task import write_task
         kafka = parse_options({"subscribe": "t", "kafka.bootstrap.servers": "127.0.0.1:1"})

@@ -11,8 +11,8 @@ from catalog.meta import TableMeta
 from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
 from ingest.debezium import DecoderConfig, RawRecord, decode_records
+from ingest.formats import SourceFormat
 from ingest.sink.decoding import BatchDecoders
-from ingest.sink.plan import SourceFormat
 from ingest.sink.tables import tables_of_topics
 
 TOPIC = "db.shop.items"

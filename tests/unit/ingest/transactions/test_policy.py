@@ -9,9 +9,9 @@ import pytest
 
 from ingest.config import IngestJobConfig
 from ingest.errors import IngestError
+from ingest.formats import SourceFormat
 from ingest.job import source_options
 from ingest.kafka.options import parse_options
-from ingest.sink.plan import SourceFormat
 from ingest.transactions import OnTimeout, TransactionConfigError, TransactionMode, resolve_mode
 
 AUTO, CONSISTENT, EVENTUAL = (
