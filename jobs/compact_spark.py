@@ -2,7 +2,7 @@
 
 The shape of Paimon's Spark compact procedure - plan on the driver, rewrite on the executors -
 with one difference on purpose: there is no single commit on the driver. Each executor runs the
-compactor's own routine (:func:`jobs.table_compact.run_task` around
+compactor's own routine (:func:`jobs.compact_engine.run_task` around
 :func:`compaction.rewrite.compact`): rewrite, then its own ``compaction`` commit under the task's
 idempotency key, exactly what a ``lakestream compactor worker`` does. Why: a backlog's tasks are
 independent partitions, so one commit would gain nothing but make the job all-or-nothing over
@@ -42,7 +42,7 @@ from catalog import Catalog
 from catalog.store import StoreSettings
 from compaction.task import CompactionOutcome, CompactionTask, OutcomeStatus
 from ingest.logs import configure_worker_logging
-from jobs.table_compact import Engine, TaskResult, describe_failure, run_task
+from jobs.compact_engine import Engine, TaskResult, describe_failure, run_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

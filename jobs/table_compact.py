@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -29,6 +29,7 @@ from compaction.planner import plan_table
 from compaction.policy import ENABLED, CompactionPolicy
 from compaction.rewrite import compact
 from compaction.task import CompactionOutcome, CompactionTask, OutcomeStatus
+from jobs.compact_engine import FAILED, Engine, TaskResult, local_engine
 from jobs.settings import CommandSettings
 
 
@@ -168,59 +169,6 @@ def _range_part(desc: str) -> str:
 
 
 # ------------------------------------------------------------------- lakestream compact
-
-
-FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class TaskResult:
-    """What became of one task on whichever engine ran it: its outcome, or the one-line error
-    of a task that raised (the other tasks still run)."""
-
-    task: CompactionTask
-    outcome: CompactionOutcome | None = None
-    error: str = ""
-
-    @property
-    def status(self) -> str:
-        return FAILED if self.outcome is None else self.outcome.status.value
-
-
-#: Runs planned tasks and returns one result per task, in any order.
-Engine = Callable[[Sequence[CompactionTask]], list[TaskResult]]
-
-
-def run_task(
-    catalog: Catalog,
-    task: CompactionTask,
-    *,
-    options: WriteOptions | None = None,
-    secrets: Sequence[str] = (),
-) -> TaskResult:
-    """One task through the compactor's routine; a failure becomes the task's result (with
-    ``secrets`` masked in its message) so that one bad partition does not stop a backlog."""
-    try:
-        return TaskResult(task, compact(catalog, task, options=options))
-    except Exception as exc:
-        return TaskResult(task, None, describe_failure(exc, secrets))
-
-
-def describe_failure(exc: BaseException, secrets: Sequence[str] = ()) -> str:
-    """One line naming the error, with ``secrets`` (a DSN's password) masked."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return f"{type(exc).__name__}: {text}"
-
-
-def local_engine(catalog: Catalog, options: WriteOptions | None = None) -> Engine:
-    """The tasks one after another in this process (``--engine local``)."""
-
-    def run(tasks: Sequence[CompactionTask]) -> list[TaskResult]:
-        return [run_task(catalog, task, options=options) for task in tasks]
-
-    return run
 
 
 class EngineName(StrEnum):

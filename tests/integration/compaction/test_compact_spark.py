@@ -21,8 +21,9 @@ from pyspark.sql import SparkSession
 
 from catalog import DEFAULT_SCHEMA, Catalog, CommitOp, Table
 from compaction.task import COMPACTOR_WRITER_PREFIX
+from jobs.compact_engine import TaskResult
 from jobs.compact_spark import ExecutorCatalog, spark_engine
-from jobs.table_compact import TaskResult, compact_backlog, plan_compaction
+from jobs.table_compact import compact_backlog, plan_compaction
 from tests.fixtures.cli import lakestream
 from tests.fixtures.compaction import files_on_disk, rows_at
 from tests.fixtures.procs import processes
