@@ -101,7 +101,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any], str]] = {
 
 @dataclass(frozen=True)
 class CompactionPolicy:
-    """Thresholds, all table properties with these defaults (README documents them)."""
+    """Thresholds, all table properties with these defaults (docs/compaction.md documents them)."""
 
     target_file_size: int = 128 * 1024 * 1024
     """``target-file-size``: bytes a compacted file aims at; ``128MB`` style values work."""

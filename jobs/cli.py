@@ -698,7 +698,7 @@ def status(
 
 @app.command("ingest")
 def ingest(
-    config: Annotated[Path, typer.Option("--config", help="ingest YAML (see README)")],
+    config: Annotated[Path, typer.Option("--config", help="ingest YAML (see docs/ingest.md)")],
 ) -> None:
     """Run the streaming ingest job (Kafka -> tables); stops cleanly on SIGTERM."""
     from jobs.ingest_config import IngestSettings
