@@ -1,23 +1,32 @@
-"""Shared pieces of the upsert and read benchmarks: the workload, a throwaway catalog, figures.
+"""Shared pieces of the benchmarks: the workload, a throwaway catalog, timing, figures, and the
+harness every run repeats (its scratch folder and report, phase clocks, writer processes).
 
-Both benchmarks run lakestream and deltalake on the *same* generated change batches, so the
-systems differ only in how they store and merge them. Run the benchmarks as modules from the
-repository root (``python -m bench.upsert.run``) so that this module imports as ``bench.common``.
+The upsert and read benchmarks run lakestream and deltalake on the *same* generated change
+batches, so the systems differ only in how they store and merge them. Run the benchmarks as
+modules from the repository root (``python -m bench.upsert.run``) so that this module imports as
+``bench.common``.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import logging
+import multiprocessing as mp
 import os
 import platform
+import queue as queue_module
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import psycopg
@@ -43,6 +52,9 @@ PRIMARY_KEY = ["id"]
 _STATUSES = np.array(["new", "paid", "shipped", "delivered", "returned", "cancelled"])
 _EPOCH_US = 1_700_000_000_000_000
 _BENCH_DB = "bench"
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def quiet_logging() -> None:
@@ -180,6 +192,19 @@ def timed(fn: Callable[..., object], *args: object) -> float:
     return time.perf_counter() - start
 
 
+class PhaseClock:
+    """Adds the wall time (``perf_counter``) of each step to its phase: ``seconds[phase]``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def run(self, phase: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+        return result
+
+
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -199,7 +224,7 @@ class Environment:
     pg_version: str
 
     def lines(self, load_at_end: str) -> list[str]:
-        versions = ", ".join(f"{p} {_version(p)}" for p in ("deltalake", "pyarrow", "numpy"))
+        versions = ", ".join(f"{p} {package_version(p)}" for p in ("deltalake", "pyarrow", "numpy"))
         return [
             f"- command: `{self.command}`",
             f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {git_head()}",
@@ -217,8 +242,71 @@ def environment(module: str, argv: Sequence[str], pg_version: str) -> Environmen
     return Environment(command, dt.datetime.now(dt.UTC), load_average(), pg_version)
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+# ------------------------------------------------------------------------------- a run's harness
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """``--workdir``, ``--keep`` and ``--markdown``, worded alike wherever they are taken."""
+    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a new temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+
+
+@contextmanager
+def scratch_dir(workdir: Path | None, *, keep: bool, prefix: str) -> Iterator[Path]:
+    """``workdir`` (made if missing), or a new temporary folder named ``prefix...``; removed with
+    everything in it at the end unless ``keep``."""
+    work = workdir or Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        yield work
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def emit_report(text: str, markdown: Path | None) -> None:
+    """The report to stdout and, with ``--markdown``, to that file (with a final newline)."""
+    print(text)
+    if markdown:
+        markdown.write_text(text + "\n")
+
+
+def spawn_writers(target: Callable[..., None], spec: object, writers: int) -> list[Any]:
+    """Run ``writers`` spawned processes ``target(spec, index, barrier, queue)`` (named
+    ``writer-<index>``; ``spec`` picklable): each waits at ``barrier`` once it is ready, so they
+    start together, and puts one report on ``queue``. Their reports, once all have exited."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(writers)
+    queue: Any = ctx.Queue()
+    procs = [
+        ctx.Process(target=target, args=(spec, w, barrier, queue), name=f"writer-{w}")
+        for w in range(writers)
+    ]
+    for proc in procs:
+        proc.start()
+    reports = _collect_reports(procs, queue)
+    for proc in procs:
+        proc.join()
+    return reports
+
+
+def _collect_reports(procs: Sequence[BaseProcess], queue: Any) -> list[Any]:
+    """Every writer process's report from ``queue``; fail fast if a writer died without
+    sending one."""
+    reports: list[Any] = []
+    while len(reports) < len(procs):
+        try:
+            reports.append(queue.get(timeout=5))
+        except queue_module.Empty:
+            dead = [p.name for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"writer processes died without a report: {dead}") from None
+    return reports

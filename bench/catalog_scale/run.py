@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,7 +29,15 @@ from bench.catalog_scale.report import Figures, render
 from bench.catalog_scale.sizes import FULL, QUICK, Sizes
 from bench.catalog_scale.systems import SYSTEM_NAMES, Mode, Side
 from bench.catalog_scale.writers import run_writers
-from bench.common import BenchServer, bench_server, environment, load_average, progress
+from bench.common import (
+    BenchServer,
+    bench_server,
+    environment,
+    load_average,
+    progress,
+    scratch_dir,
+    timed,
+)
 from bench.common import quiet_logging as quiet_catalog_logging
 
 _DUCKLAKE_DB = "ducklake"
@@ -42,15 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     sizes = _sizes(args)
     quiet_catalog_logging()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="catalog_scale_"))
-    try:
+    workdir = Path(args.workdir) if args.workdir else None
+    with scratch_dir(workdir, keep=workdir is not None, prefix="catalog_scale_") as work:
         with bench_server(work / "warehouse") as server:
             env = environment("bench.catalog_scale.run", argv, server.pg_version)
             figures = [_run_system(name, server, work, sizes) for name in args.systems]
         text = render(env, load_average(), sizes, figures)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
@@ -105,10 +108,10 @@ def _measure(side: Side, sizes: Sizes) -> Figures:
     partitions = sizes.partitions if side.name == "lakestream" else sizes.ducklake_partitions
     figures = Figures(system=side.name, load_at_start=load_average())
     progress(f"{side.name}: {sizes.tables} tables")
-    figures.tables_s = _seconds(side.create_tables, sizes.tables)
+    figures.tables_s = timed(side.create_tables, sizes.tables)
     progress(f"{side.name}: big table, {partitions} x {sizes.files_per_partition} files")
     figures.big_files = partitions * sizes.files_per_partition
-    figures.big_setup_s = _seconds(
+    figures.big_setup_s = timed(
         side.build_big, partitions, sizes.files_per_partition, sizes.batch_partitions
     )
     progress(f"{side.name}: plans")
@@ -132,12 +135,6 @@ def _runs(sizes: Sizes) -> list[tuple[str, Mode, int, int]]:
         (f"{w} writers, distinct partitions", Mode.DISTINCT, w, sizes.commits_per_writer),
         (f"{w} writers, one partition", Mode.ONE, w, sizes.commits_per_writer),
     ]
-
-
-def _seconds(fn: Callable[..., object], *args: object) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
 
 
 def _repeat(fn: Callable[[], int], repeats: int) -> tuple[float, int]:

@@ -5,22 +5,20 @@ its own handle before the barrier (untimed), then times each logical commit from
 attempt to success. An exception escaping the system's commit call counts as *raised* and the
 same commit is tried again; after :data:`MAX_ATTEMPTS` raised attempts it counts as *failed*.
 (bench/commit's harness is bound to that benchmark's workload and system modules by name, so it
-is not imported here.)
+is not imported here; the two share :func:`bench.common.spawn_writers`.)
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import queue as queue_module
 import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from bench.catalog_scale.systems import open_writer
+from bench.common import spawn_writers
 
 MAX_ATTEMPTS = 50
 _BARRIER_TIMEOUT_S = 600.0
@@ -62,18 +60,8 @@ class RunResult:
 
 def run_writers(system: str, context: object, writers: int, commits: int) -> RunResult:
     """Start the writers, release them together, collect and merge their reports."""
-    ctx = mp.get_context("spawn")
     spec = RunSpec(system, context, commits)
-    barrier = ctx.Barrier(writers)
-    queue: Any = ctx.Queue()
-    procs = [
-        ctx.Process(target=_writer_main, args=(spec, w, barrier, queue)) for w in range(writers)
-    ]
-    for proc in procs:
-        proc.start()
-    reports = _collect(procs, queue)
-    for proc in procs:
-        proc.join()
+    reports: list[WriterReport] = spawn_writers(_writer_main, spec, writers)
     broken = [r.broken for r in reports if r.broken]
     if broken:
         raise RuntimeError(f"{system}: a writer failed: {broken[0]}")
@@ -95,19 +83,6 @@ def _merge(reports: Sequence[WriterReport]) -> RunResult:
         failed=sum(r.failed for r in reports),
         errors=errors,
     )
-
-
-def _collect(procs: Sequence[BaseProcess], queue: Any) -> list[WriterReport]:
-    """Every writer's report; fail fast if a writer died without sending one."""
-    reports: list[WriterReport] = []
-    while len(reports) < len(procs):
-        try:
-            reports.append(queue.get(timeout=5))
-        except queue_module.Empty:
-            dead = [p.name for p in procs if p.exitcode not in (None, 0)]
-            if dead:
-                raise RuntimeError(f"writer processes died without a report: {dead}") from None
-    return reports
 
 
 def _writer_main(spec: RunSpec, index: int, barrier: Any, queue: Any) -> None:

@@ -11,18 +11,17 @@ system that makes its callers retry pays for it in latency instead of losing the
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
-import queue as queue_module
 import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
 from workload import writer_items
+
+from bench.common import spawn_writers  # run.py puts the repository root on sys.path first
 
 #: A commit that raised this many times in a row is given up (counted as failed).
 MAX_ATTEMPTS = 200
@@ -133,35 +132,11 @@ def quiet_logging() -> None:
 
 def run_mode(spec: RunSpec) -> list[WriterReport]:
     """Start the writers, release them together, collect their reports."""
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(spec.writers)
-    queue: mp.Queue[WriterReport] = ctx.Queue()
-    procs = [
-        ctx.Process(target=writer_main, args=(spec, w, barrier, queue), name=f"writer-{w}")
-        for w in range(spec.writers)
-    ]
-    for proc in procs:
-        proc.start()
-    reports = _collect(procs, queue)
-    for proc in procs:
-        proc.join()
+    reports: list[WriterReport] = spawn_writers(writer_main, spec, spec.writers)
     broken = [r.setup_error or r.crash for r in reports if r.setup_error or r.crash]
     if broken:
         raise RuntimeError(f"{spec.system}: a writer failed: {broken[0]}")
     return sorted(reports, key=lambda r: r.writer_index)
-
-
-def _collect(procs: Sequence[BaseProcess], queue: Any) -> list[WriterReport]:
-    """Wait for every writer's report; fail fast if a writer died without sending one."""
-    reports: list[WriterReport] = []
-    while len(reports) < len(procs):
-        try:
-            reports.append(queue.get(timeout=5))
-        except queue_module.Empty:
-            dead = [p.name for p in procs if p.exitcode not in (None, 0)]
-            if dead:
-                raise RuntimeError(f"writer processes died without a report: {dead}") from None
-    return reports
 
 
 def writer_main(spec: RunSpec, writer_index: int, barrier: Any, queue: Any) -> None:

@@ -15,21 +15,21 @@ import argparse
 import datetime as dt
 import os
 import platform
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+# Run as a script: the repository root goes on sys.path before the sibling modules are imported
+# (the harness imports bench.common).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import psycopg
 from harness import Env, RunSpec, quiet_logging, run_mode
 from report import SystemResult, detail_lines, goal_lines, mode_table, ratio_lines, summarise
 from systems import SYSTEM_NAMES, get_system
 
-from jobs.localpg import LocalPostgres
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: repo root
+from bench.common import add_output_args, emit_report, progress, scratch_dir
 from bench.machine import cpu_model, git_head, ram_gib
+from jobs.localpg import LocalPostgres
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -45,9 +45,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="wall-time cap per peer per mode (lakestream is not capped)",
     )
     parser.add_argument("--systems", nargs="+", default=list(SYSTEM_NAMES), choices=SYSTEM_NAMES)
-    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a new temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    add_output_args(parser)
     args = parser.parse_args(argv)
     if args.commits < 2 * 50:
         parser.error("--commits must be at least 100 (first-50 and last-50 windows)")
@@ -57,21 +55,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     quiet_logging()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="lakestream-bench-commit-"))
-    work.mkdir(parents=True, exist_ok=True)
-    pg = LocalPostgres.start()
-    try:
-        env = Env(work=work, pg_port=pg.port)
-        header = environment_lines(args, env)
-        modes = [run_all_systems(env, args, writers) for writers in args.writers]
-    finally:
-        pg.stop()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    with scratch_dir(args.workdir, keep=args.keep, prefix="lakestream-bench-commit-") as work:
+        pg = LocalPostgres.start()
+        try:
+            env = Env(work=work, pg_port=pg.port)
+            header = environment_lines(args, env)
+            modes = [run_all_systems(env, args, writers) for writers in args.writers]
+        finally:
+            pg.stop()
     text = render(header, args.writers, modes)
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
+    emit_report(text, args.markdown)
     return 0
 
 
@@ -86,12 +79,12 @@ def run_all_systems(env: Env, args: argparse.Namespace, writers: int) -> list[Sy
         load = os.getloadavg()[0]
         budget = args.peer_budget_seconds if system.budgeted else None
         cap = f"budget {budget:g} s" if budget else "no budget"
-        _progress(f"[{tag}] {name}: {args.commits:,} commits, {cap} ...")
+        progress(f"[{tag}] {name}: {args.commits:,} commits, {cap} ...")
         reports = run_mode(RunSpec(name, writers, args.commits, budget, context))
         verification = system.verify(context)
         note = f"1-min load average before / after the run: {load:.1f} / {os.getloadavg()[0]:.1f}"
         result = summarise(name, writers, args.commits, reports, verification, notes=[note])
-        _progress(
+        progress(
             f"[{tag}] {name}: {result.done:,} done in {result.elapsed_s:.1f} s "
             f"= {result.rate:,.1f}/s, p50 {result.p50_ms:.2f} ms, lost {result.lost}"
         )
@@ -140,10 +133,6 @@ def _argv_text(args: argparse.Namespace) -> list[str]:
     if list(args.systems) != list(SYSTEM_NAMES):
         text.append("--systems " + " ".join(args.systems))
     return text
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 
-from bench.common import SCHEMA, median_ms, payload, progress, same_rows
+from bench.common import SCHEMA, PhaseClock, median_ms, payload, progress, same_rows
 from catalog import Catalog, CommitOp, DataFile, FileAction, FileOp, PartitionCommit, Table
 from catalog.files.reader import read_whole_files
 from catalog.files.writer import WriteOptions, write_data_files
@@ -52,9 +52,6 @@ PHASES = {
 }
 #: Not part of the total: the same inputs read by one pyarrow dataset over all the files.
 REFERENCE_READ = "reference: one `pyarrow.dataset` over all inputs"
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 def append_batches(appends: int, rows: int, seed: int = 42) -> list[pa.Table]:
@@ -137,7 +134,7 @@ class Phased:
         Lakestream(self.catalog, self.table_name, fsync=True).build(batches)
 
     def compact(self) -> None:
-        clock = _Clock()
+        clock = PhaseClock()
         table = self.catalog.load_table(self.table_name)
         tasks = clock.run("plan", lambda: _force_plan(self.catalog, self.table_name))
         for task in tasks:
@@ -158,7 +155,7 @@ class Phased:
             )
             paths = [str(Path(table.meta.location) / f.path) for f in task.inputs]
             clock.run(REFERENCE_READ, _dataset_read, paths, table.schema)
-        for phase, seconds in clock.totals.items():
+        for phase, seconds in clock.seconds.items():
             self.times[phase].append(seconds)
 
     def read(self) -> pa.Table:
@@ -166,17 +163,6 @@ class Phased:
 
     def live_files(self) -> int:
         return len(self.catalog.load_table(self.table_name).plan().files)
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
-
-    def run(self, phase: str, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
-        start = time.perf_counter()
-        result = fn(*args, **kw)
-        self.totals[phase] = self.totals.get(phase, 0.0) + time.perf_counter() - start
-        return result
 
 
 def _force_plan(catalog: Catalog, name: str) -> list[CompactionTask]:

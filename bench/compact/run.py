@@ -18,12 +18,18 @@ CPU per ingested row.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
-from bench.common import bench_server, environment, load_average, progress, quiet_logging
+from bench.common import (
+    add_output_args,
+    bench_server,
+    emit_report,
+    environment,
+    load_average,
+    progress,
+    quiet_logging,
+    scratch_dir,
+)
 from bench.compact.append import render_append, run_append
 from bench.compact.report import render_steady
 from bench.compact.steady import SteadyArgs, run_steady
@@ -50,39 +56,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--read-repeats", type=int, default=3, help="steady: reads per layout")
     parser.add_argument("--workers", type=int, default=1, help="steady: compactor workers")
-    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a new temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    add_output_args(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     quiet_logging()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="lakestream-bench-compact-"))
-    work.mkdir(parents=True, exist_ok=True)
     sections: list[str] = []
-    try:
-        with bench_server(work / "warehouse") as server:
-            env = environment("bench.compact.run", _argv_text(args), server.pg_version)
-            if "append" in args.scenarios:
-                progress("[append] building and compacting ...")
-                result = run_append(
-                    server.catalog, work, args.appends, args.append_rows, args.repeats
-                )
-                sections += ["#### Append compaction vs deltalake", "", *render_append(result)]
-                sections.append("")
-            if "steady" in args.scenarios:
-                steady = run_steady(server, work, _steady_args(args))
-                sections += ["#### Steady state: CDC upserts with the compactor running", ""]
-                sections += [*render_steady(steady), ""]
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    with (
+        scratch_dir(args.workdir, keep=args.keep, prefix="lakestream-bench-compact-") as work,
+        bench_server(work / "warehouse") as server,
+    ):
+        env = environment("bench.compact.run", _argv_text(args), server.pg_version)
+        if "append" in args.scenarios:
+            progress("[append] building and compacting ...")
+            result = run_append(server.catalog, work, args.appends, args.append_rows, args.repeats)
+            sections += ["#### Append compaction vs deltalake", "", *render_append(result)]
+            sections.append("")
+        if "steady" in args.scenarios:
+            steady = run_steady(server, work, _steady_args(args))
+            sections += ["#### Steady state: CDC upserts with the compactor running", ""]
+            sections += [*render_steady(steady), ""]
     text = "\n".join(["#### Setup", "", *env.lines(load_average()), "", *sections])
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
+    emit_report(text, args.markdown)
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from bench.common import (
     payload,
     progress,
     quiet_logging,
+    scratch_dir,
 )
 from catalog import Catalog, CommitOp, FileAction, FileOp, PartitionCommit, Table
 from jobs.table_compact import compact_table
@@ -165,14 +165,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     quiet_logging()
-    root = Path(tempfile.mkdtemp(prefix="bench-dml-"))
-    try:
-        with bench_catalog(root / "warehouse") as (catalog, pg_version):
-            env = environment("bench.dml.run", _argv(args), pg_version)
-            cases = run(catalog, root, args)
-            print("\n".join(report(cases, args, env.lines(load_average()))))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with (
+        scratch_dir(None, keep=False, prefix="bench-dml-") as root,
+        bench_catalog(root / "warehouse") as (catalog, pg_version),
+    ):
+        env = environment("bench.dml.run", _argv(args), pg_version)
+        cases = run(catalog, root, args)
+        print("\n".join(report(cases, args, env.lines(load_average()))))
 
 
 def _argv(args: argparse.Namespace) -> list[str]:

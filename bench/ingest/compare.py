@@ -1,7 +1,7 @@
 """Two code trees' ``transactions: consistent`` over ``eventual``, measured in turns.
 
 Why: on the 2-core VM the benchmarks run on, the same code measured 0.78x and 0.865x half an
-hour apart (``bench/RESULTS.md``, source transactions, runs 7 and 8); a change worth a few
+hour apart (``bench/archive/ingest-transactions.md``, runs 7 and 8); a change worth a few
 percent shows only against its baseline measured in the same minutes. This runs
 ``bench.ingest.transactions`` in this tree and in a ``git worktree`` of another commit by
 turns - ABBA, so a drift of the machine falls on both sides alike - one run at a time (each
@@ -17,9 +17,10 @@ must have that module (any commit since it was added) and print its table of rou
 
 The worktree gets the package's C extension built in place (``setup.py build_ext``), as
 ``dev/setup`` builds it here: without it, the other tree's code ran its Python loops where this
-one ran C (a comparison of builds, not of changes; runs 15-16 of ``bench/RESULTS.md``). Which
-loops each side runs (``ingest.sink.native.LOOPS``) is printed with the result, and sides that
-differ in it are refused.
+one ran C (a comparison of builds, not of changes; runs 15-16 of
+``bench/archive/ingest-transactions.md``). Which loops each side runs
+(``ingest.sink.native.LOOPS``) is printed with the result, and sides that differ in it are
+refused.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def difference(this: Pooled, that: Pooled) -> tuple[float, float]:
     difference the runs do not resolve.
 
     Why: single runs of the same code spread by ±5% here, and a change worth 1-2% was read
-    into one set of runs more than once (bench/RESULTS.md, source transactions, runs 16-19)."""
+    into one set of runs more than once (bench/archive/ingest-transactions.md, runs 16-19)."""
     d = this.mean_ratio - that.mean_ratio
     if len(this.ratios) < 2 or len(that.ratios) < 2:
         return d, math.inf

@@ -10,10 +10,10 @@ import statistics
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.common import load_average, package_version
 from bench.ingest.pipelines import Measurement
 from bench.ingest.tables import TableCheck
 from bench.ingest.task_profile import TaskProfile
@@ -26,11 +26,6 @@ GOAL_VS_RAW = 0.5
 _ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
-
-
 @dataclass
 class Environment:
     command: str
@@ -40,7 +35,7 @@ class Environment:
 
     def lines(self, load_at_end: str) -> list[str]:
         packages = ("pyspark", "pyarrow", "confluent-kafka", "orjson", "numpy")
-        versions = ", ".join(f"{p} {_version(p)}" for p in packages)
+        versions = ", ".join(f"{p} {package_version(p)}" for p in packages)
         return [
             f"- command: `{self.command}`",
             f"- date: {self.started:%Y-%m-%d %H:%M} UTC; lakestream commit {git_head()}",
@@ -282,13 +277,6 @@ def _profile(profile: TaskProfile) -> list[str]:
         f"| `{name}` | {calls:,} | {own:.3f} | {cum:.3f} |" for name, calls, own, cum in profile.top
     ]
     return lines
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _librdkafka() -> str:

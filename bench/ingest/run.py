@@ -22,17 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import psycopg
 from pyspark.sql import SparkSession
 
+from bench.common import bench_server, load_average, scratch_dir
 from bench.ingest import pipelines, report
 from bench.ingest.pipelines import LakestreamSettings, Measurement, ProgressRecorder
 from bench.ingest.tables import check_table, create_cdc_table
@@ -42,9 +40,7 @@ from catalog import Catalog
 from catalog.logs import EVENT_ATTRIBUTE, ROOT_LOGGER, structured_handler
 from ingest.kafka.localbroker import LocalBroker, create_topic
 from ingest.spark_session import local_spark
-from jobs.localpg import LocalPostgres
 
-_DB = "bench"
 _DEAD_LETTERS = "bench.dead_letters"
 _WARM_TOPIC = "dbserver1.public.warmup"
 _TOPIC = "dbserver1.public.customers"
@@ -124,17 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = report.Environment(command)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     check_encoding()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     capture = LogCapture()
-    with (workdir / "driver-log.jsonl").open("w") as log_file:
+    with (
+        scratch_dir(args.workdir, keep=args.keep, prefix="bench-ingest-") as workdir,
+        (workdir / "driver-log.jsonl").open("w") as log_file,
+    ):
         configure_logging(capture, log_file)
-        try:
-            results = _run(args, env, skip, workdir, capture)
-        finally:
-            if not args.keep:
-                shutil.rmtree(workdir, ignore_errors=True)
-    text = report.markdown(results, env, report.load_average())
+        results = _run(args, env, skip, workdir, capture)
+    text = report.markdown(results, env, load_average())
     print(text)
     if args.markdown:
         args.markdown.write_text(text)
@@ -151,70 +144,63 @@ def _run(
     capture: LogCapture,
 ) -> report.Results:
     embedded = args.envelope == "schema"
-    pg = LocalPostgres.start()
     broker: LocalBroker | None = None
     spark: SparkSession | None = None
-    catalog: Catalog | None = None
-    try:
-        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {_DB}")
-            row = conn.execute("SHOW server_version").fetchone()
-            env.pg_version = str(row[0]) if row else "?"
-        catalog = Catalog.connect(pg.dsn(_DB), warehouse=workdir / "warehouse")
-        broker = LocalBroker.start()
-        bootstrap = broker.bootstrap_servers
-        for name in (_WARM_TOPIC, _TOPIC):
-            create_topic(bootstrap, name, args.partitions)
-        warm = generate(args.warmup_events, max(1, args.warmup_events // 5), args.partitions,
-                        embedded_schema=embedded, seed=1)  # fmt: skip
-        produce(bootstrap, _WARM_TOPIC, warm)
-        progress(f"generating and producing {args.events:,} events")
-        workload = generate(args.events, args.keys, args.partitions, embedded_schema=embedded)
-        produced = produce(bootstrap, _TOPIC, workload)
-        progress(
-            f"produced in {produced.seconds:.1f}s, mean value {produced.mean_value_bytes:.0f} B, "
-            f"end offsets {produced.end_offsets}"
-        )
-        results = report.Results(
-            workload,
-            produced,
-            {
-                "max_offsets": args.max_offsets,
-                "buckets": args.buckets,
-                "new_table": args.new_table,
-                "repeat": args.repeat,
-                "warmup_events": args.warmup_events,
-            },
-        )
-        spark = local_spark("lakestream-bench-ingest")
-        bench = _Bench(args, skip, workdir, spark=spark, catalog=catalog, bootstrap=bootstrap)
-        bench.warm_up(warm.events)
-        for round_no in range(args.repeat):
-            bench.measure_round(round_no, results)
-        results.batch_logs = capture.by_job()
-        if "profile" not in skip:
-            records = args.profile_records or args.max_offsets // args.partitions
-            records = min(records, produced.end_offsets[0])
-            progress(f"profiling one executor task ({records:,} events)")
-            create_cdc_table(catalog, "bench.profile_scratch", args.buckets)
-            results.profile = profile_task(
-                catalog,
-                bootstrap=bootstrap,
-                topic=_TOPIC,
-                table="bench.profile_scratch",
-                dead_letter_table=_DEAD_LETTERS,
-                decoder=decoder_config({_TOPIC: "bench.profile_scratch"}),
-                records=records,
+    with bench_server(workdir / "warehouse") as server:
+        env.pg_version = server.pg_version
+        catalog = server.catalog
+        try:
+            broker = LocalBroker.start()
+            bootstrap = broker.bootstrap_servers
+            for name in (_WARM_TOPIC, _TOPIC):
+                create_topic(bootstrap, name, args.partitions)
+            warm = generate(args.warmup_events, max(1, args.warmup_events // 5), args.partitions,
+                            embedded_schema=embedded, seed=1)  # fmt: skip
+            produce(bootstrap, _WARM_TOPIC, warm)
+            progress(f"generating and producing {args.events:,} events")
+            workload = generate(args.events, args.keys, args.partitions, embedded_schema=embedded)
+            produced = produce(bootstrap, _TOPIC, workload)
+            progress(
+                f"produced in {produced.seconds:.1f}s, mean value "
+                f"{produced.mean_value_bytes:.0f} B, end offsets {produced.end_offsets}"
             )
-        return results
-    finally:
-        if spark is not None:
-            spark.stop()
-        if catalog is not None:
-            catalog.close()
-        if broker is not None:
-            broker.stop()
-        pg.stop()
+            results = report.Results(
+                workload,
+                produced,
+                {
+                    "max_offsets": args.max_offsets,
+                    "buckets": args.buckets,
+                    "new_table": args.new_table,
+                    "repeat": args.repeat,
+                    "warmup_events": args.warmup_events,
+                },
+            )
+            spark = local_spark("lakestream-bench-ingest")
+            bench = _Bench(args, skip, workdir, spark=spark, catalog=catalog, bootstrap=bootstrap)
+            bench.warm_up(warm.events)
+            for round_no in range(args.repeat):
+                bench.measure_round(round_no, results)
+            results.batch_logs = capture.by_job()
+            if "profile" not in skip:
+                records = args.profile_records or args.max_offsets // args.partitions
+                records = min(records, produced.end_offsets[0])
+                progress(f"profiling one executor task ({records:,} events)")
+                create_cdc_table(catalog, "bench.profile_scratch", args.buckets)
+                results.profile = profile_task(
+                    catalog,
+                    bootstrap=bootstrap,
+                    topic=_TOPIC,
+                    table="bench.profile_scratch",
+                    dead_letter_table=_DEAD_LETTERS,
+                    decoder=decoder_config({_TOPIC: "bench.profile_scratch"}),
+                    records=records,
+                )
+            return results
+        finally:
+            if spark is not None:
+                spark.stop()
+            if broker is not None:
+                broker.stop()
 
 
 Step = tuple[str, Callable[[], Measurement]]

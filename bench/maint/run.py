@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from bench.common import bench_catalog, quiet_logging
+from bench.common import bench_catalog, emit_report, load_average, progress, quiet_logging
 from bench.machine import cpu_model, git_head, ram_gib
 from catalog import Catalog, Table
 from compaction.planner import plan_table
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     quiet_logging()
-    load_before = os.getloadavg()
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp, bench_catalog(Path(tmp)) as (catalog, pg):
         sides = [
             Side("maintained", _table(catalog, "bench.maintained"), True),
@@ -78,12 +78,10 @@ def main() -> None:
                     side.maintenance_s.append(time.perf_counter() - started)
             if n % args.report_every == 0:
                 rows.append((n, {s.name: _figures(catalog, s, args.report_every) for s in sides}))
-                _progress(f"{n} commits: {rows[-1][1]}")
+                progress(f"{n} commits: {rows[-1][1]}")
         checked = _compare(sides, args.retain)
         text = _markdown(args, rows, sides, checked=checked, pg=pg, load_before=load_before)
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
+    emit_report(text, args.markdown)
 
 
 def _table(catalog: Catalog, name: str) -> Table:
@@ -152,7 +150,7 @@ def _compare(sides: list[Side], retain: int) -> int:
 def _markdown(  # type: ignore[no-untyped-def]
     args, rows, sides, *, checked, pg, load_before
 ) -> str:
-    load_after = os.getloadavg()
+    load_after = load_average()
     lines = [
         "## Maintenance: bounded catalog and warehouse over many commits (`bench/maint/run.py`)",
         "",
@@ -172,8 +170,7 @@ def _markdown(  # type: ignore[no-untyped-def]
         f"- machine: {os.cpu_count()} CPUs ({cpu_model()}), {ram_gib():.0f} GiB RAM",
         f"- PostgreSQL {pg} (jobs.localpg: fsync off), Python {sys.version.split()[0]}, "
         f"pyarrow {pa.__version__}",
-        f"- load average (1/5/15 min, shared machine): {_load(load_before)} at start, "
-        f"{_load(load_after)} at end",
+        f"- load average (1/5/15 min, shared machine): {load_before} at start, {load_after} at end",
         f"- check: every retained version of the maintained table ({checked}) reads exactly as "
         "the baseline's same version",
         "",
@@ -195,14 +192,6 @@ def _markdown(  # type: ignore[no-untyped-def]
         f"(expiry + vacuum), max {1000 * max(runs, default=0):.0f} ms.",
     ]
     return "\n".join(lines)
-
-
-def _load(values: tuple[float, float, float]) -> str:
-    return " / ".join(f"{v:.2f}" for v in values)
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,11 @@ so its wall time is below the sum of the phases.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from typing import ParamSpec, TypeVar
+from collections.abc import Sequence
 
 import pyarrow as pa
 
+from bench.common import PhaseClock
 from catalog import DataFile, Table
 from catalog.files.merge import merge_runs
 from catalog.files.reader import (
@@ -42,20 +41,8 @@ PHASES = {
     "total": "sum of the phases",
 }
 
-P = ParamSpec("P")
-T = TypeVar("T")
 
-
-class _Clock:
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def run(self, phase: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        start = time.perf_counter()
-        result = fn(*args, **kwargs)
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-        return result
-
+class _Clock(PhaseClock):
     def result(self) -> dict[str, float]:
         return {**self.seconds, "total": sum(self.seconds.values())}
 

@@ -19,8 +19,6 @@ goes.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,10 +31,12 @@ from deltalake import DeltaTable
 from bench.common import (
     PRIMARY_KEY,
     SCHEMA,
+    add_output_args,
     bench_catalog,
     change_batches,
     delta_create,
     delta_upsert,
+    emit_report,
     environment,
     expected_final,
     load_average,
@@ -44,6 +44,7 @@ from bench.common import (
     progress,
     quiet_logging,
     same_rows,
+    scratch_dir,
     timed,
 )
 from bench.read.compact import compact
@@ -93,9 +94,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, help="Arrow CPU and IO threads (default: Arrow's, one per core)"
     )
-    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a new temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    add_output_args(parser)
     return parser.parse_args(argv)
 
 
@@ -105,23 +104,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads:  # lakestream's run reader sizes its thread pool by pa.cpu_count() too
         pa.set_cpu_count(args.threads)
         pa.set_io_thread_count(args.threads)
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="lakestream-bench-read-"))
-    work.mkdir(parents=True, exist_ok=True)
     sections = []
-    try:
-        with bench_catalog(work / "warehouse") as (catalog, pg_version):
-            env = environment("bench.read.run", _argv_text(args), pg_version)
-            for share in args.updates:
-                setup = build(catalog, work, args, share)
-                timings = measure(setup, args.repeats)
-                sections.append(render_variant(args, setup, timings))
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    with (
+        scratch_dir(args.workdir, keep=args.keep, prefix="lakestream-bench-read-") as work,
+        bench_catalog(work / "warehouse") as (catalog, pg_version),
+    ):
+        env = environment("bench.read.run", _argv_text(args), pg_version)
+        for share in args.updates:
+            setup = build(catalog, work, args, share)
+            timings = measure(setup, args.repeats)
+            sections.append(render_variant(args, setup, timings))
     text = "\n".join(["#### Setup", "", *env.lines(load_average()), "", *sections])
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
+    emit_report(text, args.markdown)
     return 0
 
 

@@ -9,13 +9,9 @@ systems compared, and its total can be checked against plain ``Table.upsert``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
-
 import pyarrow as pa
 
-from bench.common import PRIMARY_KEY, SCHEMA
+from bench.common import PRIMARY_KEY, SCHEMA, PhaseClock
 from catalog import Catalog, CommitOp, CommitRequest, FileAction, FileOp, PartitionCommit, Table
 from catalog.files.writer import prepare_merge_run, write_data_file
 from catalog.meta import TableMeta
@@ -33,26 +29,17 @@ PHASES = {
     "commit": "the catalog transaction (`Catalog.commit`)",
 }
 
-P = ParamSpec("P")
-T = TypeVar("T")
 
-
-class _Clock:
+class _Clock(PhaseClock):
     """Adds the wall time of each step to its phase; one entry per phase and upsert."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.times: dict[str, list[float]] = {name: [] for name in PHASES}
-        self._current: dict[str, float] = {}
-
-    def run(self, phase: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        start = time.perf_counter()
-        result = fn(*args, **kwargs)
-        self._current[phase] = self._current.get(phase, 0.0) + time.perf_counter() - start
-        return result
 
     def close_upsert(self) -> None:
         for name in PHASES:
-            self.times[name].append(self._current.pop(name, 0.0))
+            self.times[name].append(self.seconds.pop(name, 0.0))
 
 
 class PhasedUpserter:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +30,12 @@ from bench.common import (
     PRIMARY_KEY,
     SCHEMA,
     Environment,
+    add_output_args,
     bench_catalog,
     change_batches,
     delta_create,
     delta_upsert,
+    emit_report,
     environment,
     expected_final,
     load_average,
@@ -44,6 +44,7 @@ from bench.common import (
     progress,
     quiet_logging,
     same_rows,
+    scratch_dir,
     timed,
 )
 from bench.upsert.phases import PHASES, PhasedUpserter
@@ -186,9 +187,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1800.0,
         help="merge-time cap for deltalake (lakestream is not capped)",
     )
-    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a new temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    add_output_args(parser)
     parser.add_argument("--raw", type=Path, help="also write every timing to this JSON file")
     args = parser.parse_args(argv)
     if args.upserts < 2 * WINDOW:
@@ -199,10 +198,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     quiet_logging()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="lakestream-bench-upsert-"))
-    work.mkdir(parents=True, exist_ok=True)
-    batches = change_batches(args.upserts, args.rows, args.updates)
-    try:
+    with scratch_dir(args.workdir, keep=args.keep, prefix="lakestream-bench-upsert-") as work:
+        batches = change_batches(args.upserts, args.rows, args.updates)
         with bench_catalog(work / "warehouse") as (catalog, pg_version):
             env = environment("bench.upsert.run", _argv_text(args), pg_version)
             warm_up(catalog, work, args)
@@ -216,13 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             series = run_interleaved(systems, batches, args.peer_budget_seconds)
             checks = verify(systems, series, batches)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     text = render(env, args, series, checks, phased.clock.times)
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
+    emit_report(text, args.markdown)
     if args.raw:
         write_raw(args.raw, series, phased.clock.times)
     return 0
