@@ -109,7 +109,7 @@ def table_schemas(batch: DecodedBatch) -> dict[str, pa.Schema]:
 #: and read right after the value was decoded it is still in the CPU's cache. Handed over a
 #: chunk (~8,000 events, ~5 MB of values) at a time, the hold read each from memory: a task's
 #: decode of 41,600 benchmark events took 7-18 ms longer with the hold than without, against
-#: 2-4 ms 256 at a time (bench/RESULTS.md, source transactions, run 25).
+#: 2-4 ms 256 at a time (bench/archive/ingest-transactions.md, run 25).
 _HOLD_RUN = 256
 
 

@@ -354,7 +354,7 @@ def read_ahead_next(
     that start ~70 ms longer (``mapInArrow`` 100 against 50 ms). Once the tasks run it has their
     whole length to finish, and the next batch asks for the records in any case. (End to end
     the benchmark tells no difference: on 2 cores the tasks pay for the read instead;
-    bench/RESULTS.md, run 19.)"""
+    bench/archive/ingest-transactions.md, run 19.)"""
     for rng in ranges:
         if is_transaction_topic(rng.topic):
             readahead.begin(rng, limit=rng.end - rng.start, after_s=after_s)
@@ -644,7 +644,7 @@ def peek_next(
     Why not at once: begun with the batch, it ran beside the batch's own start (the plan's
     catalog reads, ``mapInArrow``), serial work up to the first task, and made it ~9-15 ms
     longer a batch in the benchmark (the plan 17-30 ms against 11 with the peek begun later;
-    bench/RESULTS.md, source transactions, run 25). The caller gives the read-ahead's wait
+    bench/archive/ingest-transactions.md, run 25). The caller gives the read-ahead's wait
     (:func:`read_ahead_next`), which is how long the batch before took to start its tasks."""
     if go is not None and after_s > 0:
         go.wait(after_s)
@@ -748,7 +748,7 @@ class BatchMarkers(NamedTuple):
         makes its own) and columns of the whole book.
 
         Why: indexing and the columns were ~10 ms of every batch's start between two batches,
-        where the driver's time costs the most (bench/RESULTS.md, source transactions, run
+        where the driver's time costs the most (bench/archive/ingest-transactions.md, run
         25)."""
         wanted = None if book.collections is None else frozenset(book.collections)
         parts = [run.indexed(wanted, now) for run in self.runs]

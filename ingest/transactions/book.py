@@ -742,7 +742,7 @@ def build_ends_of(
 
     Why: a batch's tens of thousands of ENDs were decoded into markers (~17 ms a benchmark
     batch) and the markers then into states in a Python loop (~15 ms); the book needs the
-    states only (bench/RESULTS.md, source transactions, run 25).
+    states only (bench/archive/ingest-transactions.md, run 25).
 
     Raises:
         BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
