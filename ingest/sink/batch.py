@@ -69,6 +69,7 @@ from ingest.sink.consistent import (
     PeekedTails,
     PreparedStart,
     TxnPolicy,
+    batch_ends,
     batch_ranges,
     check_order_at_start,
     files_after,
@@ -370,13 +371,18 @@ class BatchSink:
         )
         collect_started = time.monotonic()
         ranges = batch_ranges(df, self.settings.config.checkpoint, batch_id)
+        ends = batch_ends(self.settings.config.checkpoint, batch_id)
         self._collect_ms = round((time.monotonic() - collect_started) * 1000)
-        known = {
-            (topic, int(p))
-            for topic, parts in ((progress.source_offsets or {}) if progress else {}).items()
-            if isinstance(parts, dict)
-            for p in parts
-        } | {(r.topic, r.partition) for r in ranges}
+        known = (
+            {
+                (topic, int(p))
+                for topic, parts in ((progress.source_offsets or {}) if progress else {}).items()
+                if isinstance(parts, dict)
+                for p in parts
+            }
+            | {(r.topic, r.partition) for r in ranges}
+            | set(ends)
+        )
         prepared = self._take_prepared()
         base = progress.commit_id if progress is not None else None
         after_s = self._read_after_s
@@ -392,6 +398,7 @@ class BatchSink:
                 self._policy,
                 readahead=self._readahead,
                 read_after_s=after_s,
+                ends=ends,
             )
         self._reads_begun = time.time()
         txn.timings["read_ahead_after_ms"] = round(after_s * 1000)

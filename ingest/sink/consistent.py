@@ -188,6 +188,14 @@ def resumed_start(checkpoint: Path) -> dict[str, dict[str, int]] | None:
     return _batch_start(checkpoint, planned)
 
 
+def batch_ends(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int]:
+    """Where ``batch_id`` ends in every partition it reads, those without a range too (Spark's
+    offset log; empty when it cannot be read): which partitions of the transaction topic a
+    batch's order must wait for, and how far each was read."""
+    logged = _logged_offsets(checkpoint / "offsets" / str(batch_id)) or {}
+    return {(topic, int(p)): end for topic, parts in logged.items() for p, end in parts.items()}
+
+
 def _batch_start(checkpoint: Path, batch_id: int) -> dict[str, dict[str, int]] | None:
     """Where ``batch_id`` starts: the end of the batch before, or batch 0's saved start."""
     if batch_id > 0:
@@ -331,12 +339,13 @@ def start_batch(
     *,
     readahead: MarkerReadAhead | None = None,
     read_after_s: float = 0.0,
+    ends: Mapping[tuple[str, int], int] | None = None,
 ) -> BatchTransactions:
     """Steps 1-3 of the module docstring for one batch. The transaction topic's range and the
     data partitions' last records are read at the same time (both wait on the broker); with
     ``readahead``, the range was mostly read during the batch before, and the next batch's is
     begun here, to read once the tasks run (``read_after_s``, see :func:`read_ahead_next`)."""
-    txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead)
+    txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead, ends=ends)
     if readahead is not None:
         read_ahead_next(ranges, readahead, after_s=read_after_s)
     return txn
@@ -369,6 +378,7 @@ def _start(
     *,
     readahead: MarkerReadAhead | None,
     peeked: PeekedTails | None = None,
+    ends: Mapping[tuple[str, int], int] | None = None,
 ) -> BatchTransactions:
     now = time.time()
     started = time.monotonic()
@@ -394,6 +404,7 @@ def _start(
                 kafka=kafka,
                 idle_s=policy.partition_idle_s,
                 now=now,
+                ends=ends,
             )
         if tails_read is not None:
             tails, timings["tails_ms"] = tails_read.result()
@@ -470,6 +481,7 @@ def ordered_into(
     kafka: SourceOptions,
     idle_s: float,
     now: float,
+    ends: Mapping[tuple[str, int], int] | None = None,
 ) -> TransactionBook:
     """``book`` with the batch's END markers taken in commit order: those every partition of
     the transaction topic has been read past (:class:`~ingest.transactions.order.EndOrder`).
@@ -482,11 +494,14 @@ def ordered_into(
     Raises:
         UnorderedTransactions: an END carries no commit position.
     """
-    read_to = {r.partition: r.end for r in ranges if r.topic == topic.topic}
+    # how far the batch reads each partition: its end offsets (``ends``), those without a range
+    # too - a partition with nothing new was still read to there
+    read_to = {p: end for (t, p), end in (ends or {}).items() if t == topic.topic}
+    read_to.update({r.partition: r.end for r in ranges if r.topic == topic.topic})
     order = book.order.take(
         markers.ends_by_partition(), read_to, now, topic.topic, len(topic.partitions)
     )
-    ends = dict(order.read_to)
+    read_upto = dict(order.read_to)
     released: list[TransactionMarker] = []
     for patient in (False, True):
         out, order = order.release(topic.partitions)
@@ -498,7 +513,7 @@ def ordered_into(
         if patient:
             time.sleep(max(0.0, min(idle_s, newest + idle_s - time.time())))
         observed = time.time()
-        idle = caught_up(topic.topic, blocked, ends, kafka)
+        idle = caught_up(topic.topic, blocked, read_upto, kafka)
         order = order.pass_idle(idle, read_by=observed - idle_s)
         if len(idle) < len(blocked):
             break  # a partition with more to read: its next batch moves it
@@ -623,6 +638,14 @@ def planned_next(
     return ranges, tuple(sorted((pid.topic, pid.partition) for pid in offsets))
 
 
+def planned_ends(start: OffsetsJson, ranges: Sequence[OffsetRange]) -> dict[tuple[str, int], int]:
+    """Where a batch from ``start`` over ``ranges`` ends in every partition (:func:`batch_ends`
+    of a batch planned here, not yet logged by Spark)."""
+    ends = {(t, int(p)): offset for t, parts in start.items() for p, offset in parts.items()}
+    ends.update({(r.topic, r.partition): r.end for r in ranges})
+    return ends
+
+
 def peek_next(
     start: OffsetsJson,
     kafka: SourceOptions,
@@ -681,7 +704,16 @@ def prepare_start(
     ranges, partitions = planned_next(start, kafka, broker)
     if peeked is not None and not peeked.fits(ranges, partitions):
         peeked = None  # the broker moved on since: peek now
-    txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead, peeked=peeked)
+    txn = _start(
+        book,
+        ranges,
+        partitions,
+        kafka,
+        policy,
+        readahead=readahead,
+        peeked=peeked,
+        ends=planned_ends(start, ranges),
+    )
     return PreparedStart(base, frozenset(ranges), partitions, txn, _ms_since(started))
 
 
@@ -874,9 +906,10 @@ def _txn_or_none(value: bytes | None) -> str | None:
 
 
 #: A fetch that asks for one record needs no more than a few kB back. The broker still returns
-#: the whole record batch holding it (KIP-74), but tansu answers a fetch with librdkafka's
-#: default 50 MB limit in ~15-50 ms per partition (it gathers up to the limit), serially: the
-#: benchmark's peek of six partitions took 100-390 ms a batch, ~10-30 ms with this limit. A
+#: the whole record batch holding it (KIP-74), but a broker may gather up to librdkafka's default
+#: 50 MB limit before it answers (the Kafka-compatible broker the benchmark first ran on took
+#: ~15-50 ms per partition, serially: a peek of six partitions 100-390 ms a batch, ~10-30 ms
+#: with this limit). A
 #: fetch that reaches the end of a partition waits up to ``fetch.wait.max.ms`` for more (500 ms
 #: by default: a range ending at the partition's end took that long); the peek waits for none.
 _PEEK_FETCH = {"fetch.max.bytes": "4096", "message.max.bytes": "4096", "fetch.wait.max.ms": "10"}

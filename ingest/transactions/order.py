@@ -20,8 +20,10 @@ counts too (:meth:`EndOrder.pass_idle`): a partition read to its end at time T i
 past every END the job read at T - ``idle_s`` or earlier, because the connector sent that
 END's predecessors before it and its producer delivers them within that time. If it did not
 (a delivery delayed by more than ``idle_s``), the late END is released below what was
-published already; the book publishes it at once, names it in the commit's exceptions and the
-job logs it (``transaction_out_of_order``) - never silently, and the watermark never moves back.
+published already: the versions committed in between lacked that transaction while claiming
+whole ones up to their watermark, and only the commit that then publishes it can say so - it
+names it in its exceptions and the job logs ``transaction_out_of_order``. The watermark never
+moves back, and ``idle_s`` is the setting to raise where producers deliver that late.
 
 The order is a value stored in the book (``job_state``), so a restart resumes with the reach of
 every partition and the ENDs still pending.
