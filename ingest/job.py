@@ -41,7 +41,6 @@ from ingest.kafka.options import (
 from ingest.kafka.source import SOURCE_NAME, register, starting_offsets_now
 from ingest.logs import driver_level
 from ingest.sink.batch import BatchSink, SinkSettings
-from ingest.sink.held import HOLD_LOOP
 from ingest.transactions.markers import TRANSACTION_TOPIC_PATTERN
 from ingest.transactions.policy import TransactionMode
 
@@ -138,15 +137,12 @@ def _run(
     sink = BatchSink(
         catalog, _sink_settings(config, incarnation, options), guard, observer=observer
     )
-    # transactions: consistent - whether its tasks' hold runs in C (held.HOLD_LOOP)
-    hold = {"hold_loop": HOLD_LOOP} if sink.settings.consistent else {}
     log.info(
         "ingest_started",
         job=config.job,
         incarnation=incarnation,
         start=start.origin.value,
         starting_offsets=start.offsets,
-        **hold,
     )
     if config.fail_at is not None:
         config.fail_at.trip(Failpoint.BEFORE_QUERY)

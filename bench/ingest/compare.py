@@ -15,12 +15,9 @@ the two with Welch's: a difference whose interval holds 0 is one the runs do not
 Everything after ``--`` goes to ``bench.ingest.transactions`` on both sides; the other tree
 must have that module (any commit since it was added) and print its table of rounds.
 
-The worktree gets the package's C extension built in place (``setup.py build_ext``), as
-``dev/setup`` builds it here: without it, the other tree's code ran its Python loops where this
-one ran C (a comparison of builds, not of changes; runs 15-16 of
-``bench/archive/ingest-transactions.md``). Which loops each side runs
-(``ingest.sink.native.LOOPS``) is printed with the result, and sides that differ in it are
-refused.
+A tree from the days of the C extension (``setup.py``, removed by issue 48) gets it built in
+place, as its install built it, so that it runs as it ran then; which loops each side runs is
+printed with the result ("python" for every tree since).
 """
 
 from __future__ import annotations
@@ -227,7 +224,7 @@ def build_extension(tree: Path) -> None:
 
 def loops(tree: Path) -> str:
     """Which loops ``tree``'s code runs: ``ingest.sink.native.LOOPS`` ("native", or "python:
-    <why>"); "python" for trees from before the extension."""
+    <why>") in a tree that had the extension; "python" for every other."""
     probe = "from ingest.sink import native; print(native.LOOPS)"
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True,
@@ -244,10 +241,6 @@ def run_bench(tree: Path, bench_args: Sequence[str]) -> str:
         raise RuntimeError(f"the benchmark failed in {tree} (exit {done.returncode}): "
                            f"{done.stderr.strip()[-2000:]}")  # fmt: skip
     return done.stdout
-
-
-def _kind(loops_said: str) -> str:
-    return loops_said.split(":", maxsplit=1)[0]
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -270,8 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_extension(there)
         sides = {THIS: loops(here), THAT: loops(there)}
         print(f"loops: this tree {sides[THIS]}; {args.against} {sides[THAT]}", flush=True)
-        if _kind(sides[THIS]) != _kind(sides[THAT]):
-            raise SystemExit("the two trees run different loops (C and Python): build both")
         for side in turns(args.pairs):
             rounds = parse_rounds(run_bench(here if side == THIS else there, args.bench_args))
             runs[side].append(rounds)

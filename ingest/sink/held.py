@@ -19,9 +19,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 import msgspec
 import orjson
@@ -31,8 +30,6 @@ import pyarrow.compute as pc
 from ingest.debezium import BlockText, RecordChunk, TransactionBlock
 from ingest.debezium.fastpath import MSGSPEC_REFUSALS
 from ingest.errors import IngestError
-from ingest.sink import native
-from ingest.sink.plan import ShippedIds
 from ingest.sink.report import TxnRanks
 from ingest.transactions import BadTransactionMetadata, normalise_id
 from ingest.transactions.ranges import BITWISE_LIMIT, MAX_RANK, mask_of
@@ -65,18 +62,8 @@ class _Envelope(msgspec.Struct):
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
-def _load_scan() -> tuple[Callable[..., Any] | None, str]:
-    """:meth:`HeldSplit.fast`'s C loop (the extension's ``Scanner``), or None; and "native" or
-    why not (:mod:`native`)."""
-    extension, why = native.load()
-    return (None if extension is None else extension.Scanner), why
-
-
-#: HOLD_LOOP: "native" when the tasks' hold runs in C, else "python: <why>" (the job logs it).
-_SCAN = None if native.EXTENSION is None else native.EXTENSION.Scanner
-HOLD_LOOP = native.LOOPS
 #: A block's text read as the fast path's struct read it before it handed over text (what
-#: :meth:`HeldSplit.fast_py` and the C loop's odd events go by).
+#: :meth:`HeldSplit.fast` goes by).
 _BLOCK_TEXT = msgspec.json.Decoder(TransactionBlock | None)
 
 
@@ -191,8 +178,8 @@ class HeldSplit:
     each event's transaction and rank, and holds the events of transactions not in ``publish``.
 
     The decoder's fast path hands over the text of the envelope's ``transaction`` blocks, which
-    the C loop reads (:data:`HOLD_LOOP`; :meth:`fast_py` is its reference); every other message
-    goes through :func:`event_ref`, which is what decides for odd blocks too. A block that names
+    :meth:`fast` reads; every other message goes through :func:`event_ref`, which is what
+    decides for odd blocks too. A block that names
     no transaction and rank is counted in :attr:`malformed` and its event passes through as one
     without a block.
 
@@ -200,27 +187,19 @@ class HeldSplit:
     another (commit order): the loop keeps the current transaction's mask and decision and
     records one (transaction, mask) per run of it, instead of probing a dict and the publish
     set per event. An id may so be recorded more than once; the report's masks are or-ed per
-    id wherever they are read. The C loop records a run of one of the batch's candidates by
-    its position in ``publish.ordered`` (:class:`~ingest.sink.plan.ShippedIds`), every other
-    run by its id; the Python loops record every run by its id."""
+    id wherever they are read."""
 
     def __init__(self, publish: AbstractSet[str]) -> None:
         self.publish = publish
-        shipped = publish if isinstance(publish, ShippedIds) else ShippedIds(sorted(publish))
-        index = shipped.index()
-        #: The C loop over the publish set (None: the Python loops run).
-        self._scanner = None if _SCAN is None or index is None else _SCAN(index, BITWISE_LIMIT)
-        #: How many candidates the C loop's positions refer to.
-        self._candidates = shipped.candidates
         #: Per transaction, the ranks of its events seen (held or not), as a mask (bit n for
         #: rank n), for events the fast path did not read; ranks beyond ``BITWISE_LIMIT`` wait
         #: in lists (see :func:`~ingest.transactions.ranges.mask_of`).
         self.masks: dict[str, int] = {}
         self._wide: dict[str, list[int]] = {}
-        #: :meth:`fast_py`'s runs, ended: a transaction id and the mask of its ranks in the run.
+        #: :meth:`fast`'s runs, ended: a transaction id and the mask of its ranks in the run.
         self._run_ids: list[str] = []
         self._run_masks: list[int] = []
-        #: :meth:`fast_py`'s run under way: its transaction ("": none), the ``txId`` an event's
+        #: :meth:`fast`'s run under way: its transaction ("": none), the ``txId`` an event's
         #: id must start with to extend it (None: only an equal id does), its mask, whether it
         #: is held.
         self._run: tuple[str, str | None, int, bool] = ("", None, 0, False)
@@ -235,32 +214,8 @@ class HeldSplit:
         blocks: Sequence[BlockText | None],
     ) -> list[int]:
         """Count the ranks of a run of the decoder's fast rows (``blocks[i]`` is the block's
-        text of record ``origins[i] - base`` of ``chunk``); return the ``i`` of those held.
-
-        :meth:`fast_py`'s loop, in C where the extension is built (:data:`HOLD_LOOP`): the
-        common events are read there, every other one (``odd``) here, as before."""
-        scanner = self._scanner
-        if scanner is None:
-            return self.fast_py(chunk, base, origins, blocks)
-        picked, odd = scanner.scan(blocks)
-        held = [at for at, _, _ in picked]
-        if picked:
-            self._picks(chunk).extend((origins[at] - base, t, o) for at, t, o in picked)
-        odd_held = [
-            at for at in odd
-            if (text := blocks[at]) is not None and self._odd_text(chunk, origins[at] - base, text)
-        ]  # fmt: skip
-        return sorted(held + odd_held) if odd_held else held  # ascending, as RecordHold says
-
-    def fast_py(
-        self,
-        chunk: RecordChunk,
-        base: int,
-        origins: Sequence[int],
-        blocks: Sequence[BlockText | None],
-    ) -> list[int]:
-        """:meth:`fast` in Python: the reference the C loop is tested against, and what runs
-        where the extension is not built."""
+        text of record ``origins[i] - base`` of ``chunk``); return the ``i`` of those held
+        (ascending, as ``RecordHold`` says)."""
         held: list[int] = []
         picks: list[tuple[int, str, int]] | None = None
         publish = self.publish
@@ -270,7 +225,7 @@ class HeldSplit:
             if text is None:
                 continue  # the fast path handed no block over
             block = _common_block(text)
-            if block is None:  # none, null, or odd: read as the C loop's odd events are
+            if block is None:  # none, null, or an odd shape: read whole
                 if self._odd_text(chunk, origins[at] - base, text):
                     held.append(at)
                 continue
@@ -296,8 +251,8 @@ class HeldSplit:
         return held
 
     def _odd_text(self, chunk: RecordChunk, index: int, text: BlockText) -> bool:
-        """An event whose block's text the C loop left to Python: read as :meth:`fast_py`
-        reads it. Whether it is held."""
+        """An event whose block's text is not of the common shape, read whole: whether it is
+        held."""
         try:
             block = _BLOCK_TEXT.decode(text) if text else None
         except MSGSPEC_REFUSALS:
@@ -369,17 +324,12 @@ class HeldSplit:
 
     def txn_ranks(self) -> TxnRanks:
         """Per transaction the ranks seen, as a task reports them (an id maybe more than once:
-        the runs of the loops, the other events, the wide ranks; a candidate's runs of the C
-        loop by its position)."""
+        the runs of the loop, the other events, the wide ranks)."""
         self._end_run()
-        placed, ids, masks = (b"", [], []) if self._scanner is None else self._scanner.finish()
-        ids = [*ids, *self._run_ids, *self.masks, *self._wide]
-        masks = [*masks, *self._run_masks, *self.masks.values()]
+        ids = [*self._run_ids, *self.masks, *self._wide]
+        masks = [*self._run_masks, *self.masks.values()]
         masks.extend(mask_of(orders) for orders in self._wide.values())
-        ranks = TxnRanks.of_pairs(ids, masks, malformed=self.malformed)
-        if not placed:
-            return ranks
-        return ranks.model_copy(update={"placed": placed, "candidates": self._candidates})
+        return TxnRanks.of_pairs(ids, masks, malformed=self.malformed)
 
 
 def _common_block(text: BlockText) -> tuple[str, int] | None:

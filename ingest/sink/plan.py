@@ -22,7 +22,6 @@ from ingest.debezium import DecoderConfig
 from ingest.formats import SourceFormat
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import SourceOptions
-from ingest.sink import native
 
 
 @dataclass(frozen=True)
@@ -57,15 +56,9 @@ class ShippedIds(AbstractSet[str]):
     copy; the worker's first task of the batch reads it, the next ones find it by comparing
     the bytes (:func:`_received`).
 
-    Why the order: a task reports a run of a candidate's events by the candidate's position
-    in it, not by its id (:meth:`index`, ``TxnRanks.placed``), and the driver counts them in
-    arrays against the book's columns in the same order (``EndedColumns.split``).
+    Why not a frozenset: its hash table is built when first asked, once per worker."""
 
-    Why not a frozenset: its hash table of ~20,000 ids was built on the driver every batch
-    (between two batches, where the driver's time costs the most) and in every worker, for
-    the few ids asked of it outside the tasks' C loop; it is built when first asked."""
-
-    __slots__ = ("_index", "_members", "candidates", "ordered")
+    __slots__ = ("_members", "candidates", "ordered")
 
     def __init__(self, ordered: Iterable[str] = (), candidates: int = 0) -> None:
         ids = tuple(ordered)
@@ -73,7 +66,6 @@ class ShippedIds(AbstractSet[str]):
             raise ValueError(f"{candidates} candidates of {len(ids)} ids")
         self.ordered, self.candidates = ids, candidates
         self._members: frozenset[str] | None = None
-        self._index: Any = None
 
     @property
     def members(self) -> frozenset[str]:
@@ -97,12 +89,6 @@ class ShippedIds(AbstractSet[str]):
     def __reduce__(self) -> tuple[Any, tuple[bytes, int]]:
         return _received, (orjson.dumps(self.ordered), self.candidates)
 
-    def index(self) -> Any:
-        """The ids as the tasks' hold looks them up (``ingest.sink._holdscan.PublishIndex``),
-        built once; None where the C extension is not loaded."""
-        if self._index is None and native.EXTENSION is not None:
-            self._index = native.EXTENSION.PublishIndex(self.ordered, self.candidates)
-        return self._index
 
 
 #: The last ids this Python worker read back: [(their JSON and count, the set)], at most one.

@@ -48,12 +48,10 @@ from pydantic import BeforeValidator, PlainSerializer, TypeAdapter, ValidationEr
 
 from catalog import SourcePoint, SourceWatermark
 from ingest.errors import IngestError
-from ingest.sink import native
 from ingest.transactions import ranges
 from ingest.transactions.markers import (
     MarkerStatus,
     TransactionMarker,
-    collections_read,
     decode_end,
 )
 from ingest.transactions.order import EndOrder
@@ -725,24 +723,11 @@ class BuiltEnds(NamedTuple):
     collections: frozenset[str] | None
 
 
-#: What an END's ``data_collections`` text tells a book reading some collections (the key):
-#: per text, the events the job awaits (None: the END's own count) and the collections named.
-_SHAPES: dict[frozenset[str] | None, dict[bytes, _Shape]] = {}
-#: :func:`build_ends_of`'s C loop (None where the extension is not loaded).
-_END_STATES = None if native.EXTENSION is None else native.EXTENSION.end_states
-
-
 def build_ends_of(
     values: Sequence[bytes | None], collections: frozenset[str] | None, first_seen: float
 ) -> tuple[list[TxnState], frozenset[str]]:
-    """:func:`build_ends` of the END markers among records of the transaction topic, read from
-    the records without making a marker of each: in C where the extension is built, for ENDs
-    of the common shape whose ``data_collections`` text was read before; the others decoded
-    here (:func:`~ingest.transactions.markers.decode_end`).
-
-    Why: a batch's tens of thousands of ENDs were decoded into markers (~17 ms a benchmark
-    batch) and the markers then into states in a Python loop (~15 ms); the book needs the
-    states only (bench/archive/ingest-transactions.md, run 25).
+    """:func:`build_ends` of the END markers among records of the transaction topic, decoded
+    (:func:`~ingest.transactions.markers.decode_end`).
 
     Raises:
         BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
@@ -760,39 +745,11 @@ def build_ends_at(
     Raises:
         BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
     """
-    if _END_STATES is None:
-        return [
-            None if m is None else _ended(m, collections, first_seen)
-            for m in map(decode_end, values)
-        ]
-    found: list[TxnState | None]
-    found, odd = _END_STATES(values, _shapes(collections), TxnState, float(first_seen))
-    for at in odd:
-        marker = decode_end(values[at])
-        if marker is not None:
-            found[at] = _ended(marker, collections, first_seen)
-    return found
-
-
-def _shapes(collections: frozenset[str] | None) -> dict[bytes, _Shape]:
-    """:data:`_SHAPES` of ``collections``, with every text read so far (see ``end_states``)."""
-    read = collections_read()
-    shapes = _SHAPES.get(collections)
-    if shapes is None or not read.keys() <= shapes.keys():
-        shapes = {raw: _shape_of(named, collections) for raw, named in list(read.items())}
-        if len(_SHAPES) >= 8:  # a job reads one set of collections; tests a few
-            _SHAPES.clear()
-        _SHAPES[collections] = shapes
-    return shapes
-
-
-def _shape_of(named: tuple[tuple[str, int], ...], collections: frozenset[str] | None) -> _Shape:
-    """:meth:`TransactionMarker.count_for` and the names of an END's collections (None: the
-    END's own count, when the job's collections are not known or the END names none)."""
-    touched = tuple([name for name, _ in named])
-    if collections is None or not named:
-        return None, touched
-    return sum([count for name, count in named if name in collections]), touched
+    shapes: dict[tuple[tuple[str, int], ...], _Shape] = {}
+    return [
+        None if m is None else _ended(m, collections, first_seen, shapes)
+        for m in map(decode_end, values)
+    ]
 
 
 def build_ends(

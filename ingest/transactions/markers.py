@@ -29,7 +29,6 @@ import orjson
 from ingest.debezium.fastpath import MSGSPEC_REFUSALS
 from ingest.debezium.position import LSN_LIMIT
 from ingest.errors import IngestError
-from ingest.sink import native
 
 __all__ = [
     "BadTransactionMetadata",
@@ -38,7 +37,6 @@ __all__ = [
     "TransactionRef",
     "decode_end",
     "decode_ends",
-    "collections_read",
     "end_markers",
     "decode_marker",
     "is_transaction_topic",
@@ -177,21 +175,12 @@ def decode_ends(values: Iterable[bytes | None]) -> list[TransactionMarker]:
 
 
 def end_markers(values: Sequence[bytes | None]) -> list[TransactionMarker | None]:
-    """:func:`decode_end` of each record, in C where the extension is built
-    (:data:`ingest.sink.native.LOOPS`): records of the common shape are read there, the others
-    (``odd``) by :func:`decode_end` here, as are those whose ``data_collections`` text this
-    process has not read before (the C loop takes them from ``_SEEN_COLLECTIONS`` only).
+    """:func:`decode_end` of each record.
 
     Raises:
         BadTransactionMetadata: a record is not a BEGIN/END marker Debezium writes.
     """
-    if _ENDS is None:
-        return list(map(decode_end, values))
-    found: list[TransactionMarker | None]
-    found, odd = _ENDS(values, _SEEN_COLLECTIONS, TransactionMarker, MarkerStatus.END)
-    for at in odd:
-        found[at] = decode_end(values[at])
-    return found
+    return list(map(decode_end, values))
 
 
 def decode_end(value: bytes | None) -> TransactionMarker | None:
@@ -250,14 +239,6 @@ _COLLECTIONS = msgspec.json.Decoder(list[_Collection] | None)
 _SEEN_COLLECTIONS: dict[bytes, tuple[tuple[str, int], ...]] = {}
 _SEEN_LIMIT = 4096
 _new_marker = tuple.__new__  # a named tuple built without its Python-level __new__
-#: :func:`end_markers`' C loop (None where the extension is not loaded).
-_ENDS = None if native.EXTENSION is None else native.EXTENSION.ends
-
-
-def collections_read() -> Mapping[bytes, tuple[tuple[str, int], ...]]:
-    """The ``data_collections`` texts this process has read, and what each said (the cache the
-    C loops read from; it may be cleared at any time, and holds only what texts say)."""
-    return _SEEN_COLLECTIONS
 
 
 def _typed_end(value: bytes) -> TransactionMarker | None:

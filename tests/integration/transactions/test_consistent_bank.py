@@ -79,8 +79,6 @@ def test_every_version_is_a_consistent_cut(catalog, kafka, spark, tmp_path, capl
     assert run.batches_committed >= 5  # transfers straddled many batches
     lines = [getattr(r, EVENT_ATTRIBUTE) for r in caplog.records if hasattr(r, EVENT_ATTRIBUTE)]
     batches = [line for line in lines if line["event"] == "batch_transactions"]
-    # the job says its tasks hold events with the C loop (the project's own install builds it)
-    assert [line["hold_loop"] for line in lines if line["event"] == "ingest_started"] == ["native"]
     # events held by one batch were published or held again by a task of the next
     assert any(line["dissolved"] > 0 for line in batches)
     # the restarted job's first batch found its markers read while the query started
