@@ -90,7 +90,6 @@ class ShippedIds(AbstractSet[str]):
         return _received, (orjson.dumps(self.ordered), self.candidates)
 
 
-
 #: The last ids this Python worker read back: [(their JSON and count, the set)], at most one.
 _last_received: list[tuple[tuple[bytes, int], ShippedIds]] = []
 _receiving = threading.Lock()
