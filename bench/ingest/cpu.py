@@ -4,9 +4,10 @@ On a machine shared with other work, wall-clock rates move with the load; the CP
 pipeline consumed moves much less, so it is reported beside them. The process tree under this
 process is split into components: this process (the driver: Spark's Python driver, the ingest
 job's sink, the raw consumer), the JVM, Spark's Python workers (``pyspark.daemon`` and the
-workers it forks: the source's reads, ``mapInArrow`` tasks) and the broker (tansu). For each
-live process ``utime + stime + cutime + cstime`` counts its own time and that of every
-descendant it has reaped, so the sum over the live tree is everything the tree ever used.
+workers it forks: the source's reads, ``mapInArrow`` tasks) and the broker (Apache Kafka, a JVM
+told apart from Spark's by its main class). For each live process ``utime + stime + cutime +
+cstime`` counts its own time and that of every descendant it has reaped, so the sum over the
+live tree is everything the tree ever used.
 PostgreSQL is not in the tree (``pg_ctl`` detaches it); the catalog's share shows in the job's
 ``commit_ms`` instead.
 """
@@ -38,14 +39,12 @@ def _component(pid: int, name: str, root: int, parent: str) -> str:
     wait(), whose command line reads empty) counts with its parent, the worker daemon."""
     if pid == root:
         return "driver"
-    if name == "java":
-        return "jvm"
-    if name == "tansu":
-        return "broker"
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         cmdline = b""
+    if name == "java":
+        return "broker" if b"\0kafka.Kafka\0" in cmdline else "jvm"
     if b"pyspark" in cmdline:
         return "python workers"
     return parent if not cmdline and parent != "driver" else "other"

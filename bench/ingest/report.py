@@ -7,7 +7,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ class Environment:
             f"- load average (1/5/15 min) {self.load_at_start} at start, {load_at_end} at end "
             "(the machine is shared with other sessions)",
             f"- Python {platform.python_version()}, {versions}, librdkafka "
-            f"{_librdkafka()}, {java_version()}, {_tansu()}, PostgreSQL {self.pg_version} "
+            f"{_librdkafka()}, {java_version()}, {_kafka()}, PostgreSQL {self.pg_version} "
             "(jobs.localpg: fsync off)",
         ]
 
@@ -100,7 +99,7 @@ def markdown(results: Results, env: Environment, load_at_end: str) -> str:
         f"{p.mean_value_bytes:.0f} B) over {w.distinct_keys:,} keys "
         f"({w.distinct_keys:,} creates, {w.events - w.distinct_keys:,} updates) on "
         f"{w.partitions} partitions; produced in {p.seconds:.1f} s "
-        f"({w.events / p.seconds:,.0f} events/s, batched + one sealing record per partition); "
+        f"({w.events / p.seconds:,.0f} events/s, batched); "
         f"end offsets {p.end_offsets} = produced counts.",
         f"Spark `local[2]`, AvailableNow, maxOffsetsPerTrigger {s['max_offsets']:,}; "
         f"lakestream: hash_buckets {s['buckets']}, "
@@ -285,10 +284,7 @@ def _librdkafka() -> str:
     return str(confluent_kafka.libversion()[0])
 
 
-def _tansu() -> str:
-    from ingest.kafka.localbroker import find_tansu
+def _kafka() -> str:
+    from ingest.kafka.apache_kafka import KAFKA_VERSION
 
-    found = subprocess.run(
-        [str(find_tansu()), "--version"], capture_output=True, text=True, check=False
-    )
-    return found.stdout.strip() or "tansu ?"
+    return f"Apache Kafka {KAFKA_VERSION} (KRaft, one node)"

@@ -1,6 +1,6 @@
 """Ingest throughput: Debezium JSON on Kafka -> committed CDC rows/s, against two baselines.
 
-One run starts PostgreSQL (the catalog), tansu (the broker) and one local Spark session
+One run starts PostgreSQL (the catalog), Apache Kafka (the broker) and one local Spark session
 (``local[2]``), produces ``--events`` Debezium change events over ``--keys`` keys into a
 ``--partitions``-partition topic, and then measures, one after another (never in parallel):
 
@@ -38,7 +38,7 @@ from bench.ingest.task_profile import profile_task
 from bench.ingest.workload import check_encoding, decoder_config, generate, produce
 from catalog import Catalog
 from catalog.logs import EVENT_ATTRIBUTE, ROOT_LOGGER, structured_handler
-from ingest.kafka.localbroker import LocalBroker, create_topic
+from ingest.kafka.apache_kafka import ApacheKafka, create_topic
 from ingest.spark_session import local_spark
 
 _DEAD_LETTERS = "bench.dead_letters"
@@ -144,13 +144,13 @@ def _run(
     capture: LogCapture,
 ) -> report.Results:
     embedded = args.envelope == "schema"
-    broker: LocalBroker | None = None
+    broker: ApacheKafka | None = None
     spark: SparkSession | None = None
     with bench_server(workdir / "warehouse") as server:
         env.pg_version = server.pg_version
         catalog = server.catalog
         try:
-            broker = LocalBroker.start()
+            broker = ApacheKafka.start()
             bootstrap = broker.bootstrap_servers
             for name in (_WARM_TOPIC, _TOPIC):
                 create_topic(bootstrap, name, args.partitions)

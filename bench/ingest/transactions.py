@@ -54,7 +54,7 @@ from catalog import Catalog
 from catalog.logs import ROOT_LOGGER, structured_handler
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
-from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG, LocalBroker, create_topic
+from ingest.kafka.apache_kafka import ApacheKafka, create_topic
 from ingest.sink.held import held_table_name
 from ingest.spark_session import local_spark
 from ingest.transactions import TransactionMode
@@ -154,25 +154,15 @@ def messages(work: TxnWorkload) -> Iterator[tuple[str, int, bytes | None, bytes]
 
 
 def produce(bootstrap: str, work: TxnWorkload) -> float:
-    """Send everything batched; seal each partition with a single-record batch (tansu's high
-    watermark is only right after one, see workload.py)."""
+    """Send everything batched and wait for every acknowledgement."""
     started = time.perf_counter()
     batched = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                        "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
+                        "queue.buffering.max.messages": 1_000_000,
                         "queue.buffering.max.kbytes": 1_048_576})  # fmt: skip
-    last: dict[tuple[str, int], tuple[bytes | None, bytes]] = {}
     for topic, partition, key, value in messages(work):
-        previous = last.get((topic, partition))
-        last[(topic, partition)] = (key, value)
-        if previous is not None:
-            send(batched, topic, partition, *previous)
+        send(batched, topic, partition, key, value)
     if batched.flush(300) != 0:
         raise RuntimeError("the batched producer did not deliver everything")
-    seal = Producer({"bootstrap.servers": bootstrap, **TANSU_PRODUCER_CONFIG})
-    for (topic, partition), (key, value) in sorted(last.items()):
-        seal.produce(topic, value, key, partition=partition)
-    if seal.flush(60) != 0:
-        raise RuntimeError("the seal records were not delivered")
     return time.perf_counter() - started
 
 
@@ -282,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lakestream.addHandler(structured_handler(json=True, stream=args.log.open("w")))
         lakestream.setLevel(logging.INFO)
     pg = LocalPostgres.start()
-    broker = LocalBroker.start()
+    broker = ApacheKafka.start()
     try:
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {_DB}")

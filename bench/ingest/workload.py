@@ -1,4 +1,4 @@
-"""The ingest benchmark's workload: Debezium change events of one table, produced into tansu.
+"""The ingest benchmark's workload: Debezium change events of one table, produced into Kafka.
 
 Events are those of a PostgreSQL ``customers`` table as Debezium 3.x writes them with the
 JsonConverter: the full envelope (``before``, ``after``, the ``source`` block with ``lsn``,
@@ -12,10 +12,8 @@ Every key is created once and then updated at random: the first event of a key i
 replica identity). An update changes ``email`` and ``updated_at``; the last event of a key gives
 its final row, which :func:`expected_row` rebuilds from the key and the event's number.
 
-Producing: a batched producer (fast), then each partition is *sealed* with its last event sent
-as a single-record batch, which makes tansu's high watermark right (it reports the last batch's
-base offset + 1; see ``/work/shared/ENVIRONMENT.md``). The end offsets are checked against the
-produced counts afterwards.
+Producing: one batched producer (linger 20 ms, large local queue), as a real feed sends. The end
+offsets are checked against the produced counts afterwards.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import pyarrow as pa
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ingest.debezium import DecoderConfig, RawRecord, decode_records
-from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG
 from tests.fixtures.debezium_events import envelope_schema, field, pg_source
 
 Row = dict[str, Any]
@@ -224,32 +221,22 @@ class Produced:
 
 
 def produce(bootstrap: str, topic: str, workload: Workload) -> Produced:
-    """Send every event (batched), seal each partition with its last event, check end offsets."""
+    """Send every event (batched) and check the end offsets against the produced counts."""
     started = time.perf_counter()
     batched = Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 20,
-            "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
         }
     )
-    held: dict[int, tuple[bytes, bytes]] = {}  # the latest event of each partition, not sent yet
     total_bytes = 0
     for partition, key, value in messages(workload):
         total_bytes += len(value)
-        previous = held.get(partition)
-        held[partition] = (key, value)
-        if previous is not None:
-            send(batched, topic, partition, *previous)
+        send(batched, topic, partition, key, value)
     if batched.flush(300) != 0:
         raise RuntimeError("the batched producer did not deliver everything")
-    seal = Producer({"bootstrap.servers": bootstrap, **TANSU_PRODUCER_CONFIG})
-    for partition, (key, value) in sorted(held.items()):
-        seal.produce(topic, value, key, partition=partition)
-    if seal.flush(60) != 0:
-        raise RuntimeError("the seal records were not delivered")
     seconds = time.perf_counter() - started
     ends = end_offsets(bootstrap, topic, workload.partitions)
     expected = workload.per_partition()

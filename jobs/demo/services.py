@@ -23,7 +23,6 @@ from typing import Any
 
 import yaml
 
-from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG
 from jobs.demo.debezium import CapturedEvent
 
 #: How long a stopped job may take to finish its batch and exit before it is killed.
@@ -44,7 +43,6 @@ class Forwarder:
         self._producer = Producer(
             {
                 "bootstrap.servers": bootstrap_servers,
-                **TANSU_PRODUCER_CONFIG,
                 "linger.ms": 5,
                 # librdkafka's own lines (a disconnect when the broker stops first) stay off the
                 # terminal; a real failure surfaces as a delivery error or the flush timeout

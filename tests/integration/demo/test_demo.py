@@ -102,7 +102,7 @@ def test_ctrl_c_mid_stream_stops_everything_with_exit_code_130(tmp_path):
         time.sleep(3)
         seen = demo_processes(proc.pid, home)
         commands = " ".join(seen.values())
-        for part in ("java", "postgres", "tansu", "compactor", "ingest"):
+        for part in ("java", "postgres", "kafka.Kafka", "compactor", "ingest"):
             assert part in commands, (part, seen)
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=90)

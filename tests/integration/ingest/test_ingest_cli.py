@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from catalog import Catalog
-from ingest.kafka.localbroker import create_topic
+from ingest.kafka.apache_kafka import create_topic
 from tests.fixtures.broker import KafkaTestHelper, unique_topic
 from tests.fixtures.debezium_events import customer, customer_change
 from tests.fixtures.ingest_cli import CliRun, run_ingest_cli, run_ingest_in_process

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from catalog import Catalog
-from ingest.kafka.localbroker import LocalBroker, create_topic, free_port
+from ingest.kafka.apache_kafka import ApacheKafka, create_topic, free_port
 from tests.fixtures.broker import KafkaTestHelper, produce, unique_topic
 from tests.fixtures.jsonlog import split_log
 from tests.fixtures.waits import wait_for
@@ -166,7 +166,7 @@ def test_a_broker_outage_is_retried_then_fails_in_one_line(
     catalog: Catalog, catalog_dsn: str, tmp_path: Path
 ) -> None:
     budget = 12.0  # two or three attempts of 5 s each
-    with LocalBroker.start() as broker:
+    with ApacheKafka.start() as broker:
         topic = unique_topic("outage")
         create_topic(broker.bootstrap_servers, topic)
         produce(broker.bootstrap_servers, topic, changes(1, 10, lsn=1000))

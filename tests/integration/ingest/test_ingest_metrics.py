@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from catalog import Catalog
+from ingest.kafka.apache_kafka import create_topic
 from tests.fixtures.broker import KafkaTestHelper, unique_topic
 from tests.fixtures.debezium_events import customer, customer_change
 from tests.fixtures.http import free_port, get, scrape
@@ -36,6 +37,7 @@ def test_a_running_job_serves_its_figures_and_health(
     catalog: Catalog, catalog_dsn: str, warehouse: Path, kafka: KafkaTestHelper, tmp_path: Path
 ) -> None:
     topic = f"{unique_topic('cdc').replace('-', '_')}.public.customers"
+    create_topic(kafka.bootstrap_servers, topic)
     kafka.produce(topic, inserts(1, 40))
     port = free_port()
     config = {

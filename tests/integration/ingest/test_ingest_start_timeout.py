@@ -17,7 +17,7 @@ import pytest
 
 from catalog import Catalog
 from ingest.job import RESTART_PAUSE_S
-from ingest.kafka.localbroker import create_topic
+from ingest.kafka.apache_kafka import create_topic
 from tests.fixtures.broker import KafkaTestHelper, unique_topic
 from tests.fixtures.ingest_cli import run_ingest_cli
 from tests.integration.ingest.test_ingest_cli import assert_ran, changes, job_config

@@ -1,4 +1,4 @@
-"""The ``lakestream-kafka`` streaming source against a real broker (tansu) and real local Spark.
+"""The ``lakestream-kafka`` streaming source against a real broker (Apache Kafka) and local Spark.
 
 Every test produces into its own topics, runs a real streaming query and checks the rows a user
 would check: which (partition, offset, key, value) arrived, how many times, in how many batches.
@@ -19,7 +19,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from ingest.kafka.localbroker import TANSU_PRODUCER_CONFIG, create_topic
+from ingest.kafka.apache_kafka import create_topic
 from ingest.kafka.offsets import OffsetRange
 from ingest.kafka.options import parse_options
 from ingest.kafka.reader import read_messages
@@ -372,9 +372,7 @@ def _wait_for(query: StreamingQuery, done: Callable[[], bool], timeout: float = 
 
 
 def _produce_transactions(bootstrap: str, topic: str, transactions: list[list[bytes]]) -> None:
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": topic, **TANSU_PRODUCER_CONFIG}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
     producer.init_transactions(10)
     for values in transactions:
         producer.begin_transaction()

@@ -35,7 +35,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from catalog import Catalog
-from ingest.kafka.localbroker import create_topic
+from ingest.kafka.apache_kafka import create_topic
 from ingest.sink.tables import create_cdc_table
 from jobs.localpg import LocalPostgres
 from tests.fixtures.broker import KafkaTestHelper

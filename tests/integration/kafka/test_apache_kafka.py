@@ -1,6 +1,6 @@
-"""The Apache Kafka launcher gives a broker that does what tansu cannot: the right high watermark
-after batched produces, admin ``list_offsets``, ``CreatePartitions``, topic configs,
-transactions with control records, and records that survive a restart."""
+"""The Apache Kafka launcher gives a real broker: the right high watermark after batched
+produces, admin ``list_offsets``, ``CreatePartitions``, topic configs, transactions with control
+records, and records that survive a restart."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from ingest.kafka.apache_kafka import ApacheKafka, ApacheKafkaError
-from ingest.kafka.localbroker import create_topic
+from ingest.kafka.apache_kafka import ApacheKafka, ApacheKafkaError, create_topic
 from tests.fixtures.broker import unique_topic
 from tests.fixtures.procs import processes
 
@@ -42,10 +40,10 @@ ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[ApacheKafka]:
-    with ApacheKafka.start() as kafka:
-        yield kafka
+@pytest.fixture
+def broker(kafka_broker: ApacheKafka) -> ApacheKafka:
+    """The session's broker (tests that stop or restart one start their own)."""
+    return kafka_broker
 
 
 def _produce_batched(bootstrap: str, topic: str, values: list[bytes]) -> int:

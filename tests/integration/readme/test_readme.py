@@ -49,7 +49,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ingest.kafka.localbroker import LocalBroker
+from ingest.kafka.apache_kafka import ApacheKafka
 from jobs.localpg import LocalPostgres
 from tests.fixtures.readme_blocks import PYTHON, Block, ReadmeFormatError, read_blocks
 
@@ -86,7 +86,7 @@ class Terminal:
     state_dir: Path
 
 
-def _user_environment(tmp_path: Path, pg: LocalPostgres, broker: LocalBroker) -> dict[str, str]:
+def _user_environment(tmp_path: Path, pg: LocalPostgres, broker: ApacheKafka) -> dict[str, str]:
     """The environment of a new user's terminal: PostgreSQL and a broker at hand, no settings."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -307,7 +307,7 @@ RUN_PAGES = [page for page in PAGES if _runs_a_block(page)]
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES, ids=page_name)
 def test_page_runs_top_to_bottom(
-    page: Path, tmp_path: Path, pg_server: LocalPostgres, kafka_broker: LocalBroker
+    page: Path, tmp_path: Path, pg_server: LocalPostgres, kafka_broker: ApacheKafka
 ) -> None:
     blocks = read_blocks(page, page_name(page))
     _drop_database(pg_server, "lakestream")  # the page creates it: a fresh catalog

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from ingest.kafka.localbroker import create_topic
+from ingest.kafka.apache_kafka import create_topic
 from ingest.kafka.offsets import OffsetRange, PartitionId, next_end
 from ingest.kafka.options import SourceOptions
 from ingest.sink import readahead

@@ -2,7 +2,7 @@
 
 No broker and no Spark: librdkafka ``Message`` objects are built directly, which is how the
 reader's handling of gaps, end-of-partition events and lost offsets is pinned down beyond what
-tansu can provoke. (These are unit tests; they belong in ``tests/unit/ingest`` once it exists.)
+a test can provoke from a real broker.
 """
 
 from __future__ import annotations
