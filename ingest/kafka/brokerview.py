@@ -116,12 +116,33 @@ class BrokerView:
                 KafkaPartition(pid.topic, pid.partition), timeout=self._timeout_s
             )
         except KafkaException as exc:
-            raise BrokerQueryError(f"could not read the offsets of {pid}: {_text(exc)}") from exc
+            text = f"could not read the offsets of {pid}: {_text(exc)}"
+            if _unknown_partition(exc) and self._still_listed(pid):
+                raise BrokerQueryError(text, transient=True) from None
+            raise BrokerQueryError(text) from exc
         if found is None:
             raise BrokerQueryError(
                 f"no offsets for {pid} within {self._timeout_s:g}s", timed_out=True
             )
         return int(found[0]), int(found[1])
+
+    def _still_listed(self, pid: PartitionId) -> bool:
+        """Whether the brokers' metadata, asked again, names ``pid``; also True when they
+        cannot be asked (they are going away: the outage is what the next call meets).
+
+        Why: a broker shutting down answers a partition unknown once, before its connections
+        close; a partition really gone is missing from the metadata too."""
+        try:
+            topic = self._list_topics().topics.get(pid.topic)
+        except BrokerQueryError:
+            return True
+        return topic is not None and topic.error is None and pid.partition in topic.partitions
+
+
+def _unknown_partition(error: KafkaException) -> bool:
+    inner = error.args[0] if error.args else None
+    codes = (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
+    return isinstance(inner, KafkaError) and inner.code() in codes
 
 
 def _text(error: KafkaException) -> str:

@@ -31,11 +31,14 @@ class BrokerQueryError(KafkaSourceError):
     """The driver could not read metadata or watermarks from the brokers in time.
 
     ``timed_out``: the brokers gave no answer at all (rather than an error) within the timeout.
+    ``transient``: an answer that the brokers' own metadata contradicted a moment later (a
+    partition reported unknown while a broker shut down): an outage, not a refusal.
     """
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, timed_out: bool = False, transient: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        self.transient = transient
 
 
 class BrokerUnavailableError(KafkaSourceError):

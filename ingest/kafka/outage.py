@@ -83,6 +83,8 @@ class BrokerOutagePolicy:
 
 def is_unreachable(error: BaseException) -> bool:
     """Whether ``error`` says the brokers could not be reached, rather than refused the call."""
+    if isinstance(error, BrokerQueryError) and error.transient:
+        return True
     if isinstance(error, BrokerQueryError) and error.__cause__ is not None:
         return is_unreachable(error.__cause__)
     if isinstance(error, BrokerQueryError):

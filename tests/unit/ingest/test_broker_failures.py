@@ -186,3 +186,14 @@ def test_a_failed_query_is_reported_by_the_error_our_code_raised() -> None:
 
     other = query_failure(RuntimeError("[SOMETHING] it broke\n\tat org.apache.X(X.java:1)"))
     assert (other.kind, str(other)) == ("RuntimeError", "[SOMETHING] it broke")
+
+
+def test_an_answer_the_metadata_contradicts_is_an_outage() -> None:
+    """A broker shutting down answers a partition unknown once before its connections close;
+    the view asks the metadata again and, finding the partition there, calls it transient."""
+    assert is_unreachable(BrokerQueryError("unknown partition", transient=True))
+    gone = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+    assert not is_unreachable(BrokerQueryError("unknown partition"))
+    wrapped = BrokerQueryError("unknown partition")
+    wrapped.__cause__ = gone
+    assert not is_unreachable(wrapped)  # a partition really gone: refused at once
