@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,57 @@ def ensure_kafka_jars(
         maven_repo=maven_repo,
         offline=offline,
     )
+
+
+def jvm_command(java: str, heap: str, log4j: Path, lib: Path) -> list[str]:
+    """The JVM of a local Kafka process (the broker, a Connect worker) up to its main class:
+    a small heap, the serial GC (two cores: no parallel GC threads competing with the tests),
+    out of memory ending the process, its jars, its log4j configuration."""
+    return [
+        java,
+        f"-Xmx{heap}",
+        "-Xms64m",
+        "-XX:+UseSerialGC",
+        "-XX:+ExitOnOutOfMemoryError",
+        "-XX:-UsePerfData",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        f"{lib}/*",
+    ]
+
+
+def spawn(argv: Sequence[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (a terminal's Ctrl-C is the caller's), ended with
+    this process, its output appended to ``log_path`` - a file, never a pipe nobody drains: a
+    full pipe would stall it."""
+    with log_path.open("ab") as out:
+        return subprocess.Popen(
+            [*_parent_death_guard(), *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+        )
+
+
+def end(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM (a clean shutdown), SIGKILL after ``timeout`` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def tail_of(path: Path, chars: int) -> str:
+    """The last ``chars`` characters of a log file ("" when it cannot be read)."""
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")[-chars:]
+    return ""
 
 
 def server_properties(
@@ -271,32 +322,11 @@ class ApacheKafka:
         )
         log4j = root / _LOG4J_PROPERTIES
         log4j.write_text(_LOG4J_CONFIG)
-        jvm = [
-            java,
-            f"-Xmx{heap}",
-            "-Xms64m",
-            "-XX:+UseSerialGC",  # two cores: no parallel GC threads competing with the tests
-            "-XX:+ExitOnOutOfMemoryError",
-            "-XX:-UsePerfData",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-cp",
-            f"{lib}/*",
-        ]
+        jvm = jvm_command(java, heap, log4j, lib)
         formatted = (data / "meta.properties").exists()
         if not formatted:
             _format(jvm, config)
-        log_path = root / _LOG
-        # Output goes to a file, never a pipe nobody drains: a full pipe would stall the broker.
-        with log_path.open("ab") as out:
-            process = subprocess.Popen(  # its own session: a terminal's Ctrl-C is for the caller
-                [*_parent_death_guard(), *jvm, "kafka.Kafka", str(config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=root,
-            )
+        process = spawn([*jvm, "kafka.Kafka", str(config)], root, root / _LOG)
         broker = cls(port, controller_port, process, root, owns_data_dir)
         try:
             broker.wait_ready(ready_timeout)
@@ -328,20 +358,12 @@ class ApacheKafka:
             time.sleep(0.1)
 
     def log_tail(self, chars: int = 3000) -> str:
-        with contextlib.suppress(OSError):
-            return self.log_path.read_text(errors="replace")[-chars:]
-        return ""
+        return tail_of(self.log_path, chars)
 
     def stop(self) -> None:
         """Shut the broker down (SIGTERM: a controlled shutdown that closes its logs cleanly;
         SIGKILL after a while) and remove its data directory if it made it."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(_STOP_TIMEOUT_S)
+        end(self.process, _STOP_TIMEOUT_S)
         if self.owns_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

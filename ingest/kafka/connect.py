@@ -55,10 +55,13 @@ from ingest.kafka.apache_kafka import (
     KAFKA_VERSION,
     LOG4J_VERSION,
     SLF4J_VERSION,
-    _parent_death_guard,
+    end,
     find_java,
     free_port,
+    jvm_command,
     render_properties,
+    spawn,
+    tail_of,
 )
 from ingest.kafka.maven import MavenArtifact, fetch_jars
 
@@ -353,30 +356,8 @@ class LocalConnect:
             )
             log4j = root / _LOG4J_PROPERTIES
             log4j.write_text(_LOG4J_CONFIG)
-            argv = [
-                java_bin,
-                f"-Xmx{heap}",
-                "-Xms64m",
-                "-XX:+UseSerialGC",  # two cores: no parallel GC threads competing with the tests
-                "-XX:+ExitOnOutOfMemoryError",
-                "-XX:-UsePerfData",
-                "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={log4j}",
-                "-cp",
-                f"{jars}/*",
-                "org.apache.kafka.connect.cli.ConnectDistributed",
-                str(config),
-            ]
-            # Output goes to a file, never a pipe nobody drains: a full pipe would stall it.
-            with (root / _LOG).open("ab") as out:
-                process = subprocess.Popen(  # its own session: a terminal's Ctrl-C is the caller's
-                    [*_parent_death_guard(), *argv],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    cwd=root,
-                )
+            main = ["org.apache.kafka.connect.cli.ConnectDistributed", str(config)]
+            process = spawn([*jvm_command(java_bin, heap, log4j, jars), *main], root, root / _LOG)
         except BaseException:
             if owns_data_dir:
                 shutil.rmtree(root, ignore_errors=True)
@@ -415,13 +396,7 @@ class LocalConnect:
     def stop(self) -> None:
         """Stop the worker (SIGTERM: it stops its tasks, which commit their offsets, and leaves
         its group; SIGKILL after a while) and remove its data directory if it made it."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(_STOP_TIMEOUT_S)
+        end(self.process, _STOP_TIMEOUT_S)
         if self.owns_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -439,9 +414,7 @@ class LocalConnect:
         self.stop()
 
     def log_tail(self, chars: int = 3000) -> str:
-        with contextlib.suppress(OSError):
-            return self.log_path.read_text(errors="replace")[-chars:]
-        return ""
+        return tail_of(self.log_path, chars)
 
     # -- connectors ------------------------------------------------------------------------------
 
