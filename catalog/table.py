@@ -26,7 +26,7 @@ from catalog.errors import (
 )
 from catalog.files.writer import WriteOptions
 from catalog.logs import get_logger
-from catalog.maintenance.expiry import ExpiryReport, check_horizon, expire_versions
+from catalog.maintenance.expiry import ExpiryReport, expire_versions
 from catalog.maintenance.policy import MaintenancePolicy, check_retain_last, ttl_column
 from catalog.maintenance.ttl import TtlReport, drop_expired_partitions
 from catalog.maintenance.vacuum import Vacuum, VacuumReport
@@ -41,12 +41,17 @@ from catalog.model import (
     TableCommit,
 )
 from catalog.planning import PartitionFilter, ScanPlan, plan_scan
-from catalog.queries import query
 from catalog.retry import REBASE_RETRY, RetryPolicy, lost_to_concurrent_write
 from catalog.scan import FilterSpec, Scan, ScanFilter, partition_filter
-from catalog.schema_changes import plan_schema_change, record_schema
-from catalog.snapshots import all_partition_heads, load_snapshots, partition_heads
-from catalog.store import translate_errors
+from catalog.schema_changes import plan_schema_change
+from catalog.table_store import (
+    change_schema,
+    head_version,
+    history_rows,
+    require_unexpired,
+    snapshots_at,
+    version_at,
+)
 from catalog.writes import (
     DEFAULT_WRITE_OPTIONS,
     conform,
@@ -130,10 +135,10 @@ class Table:
             TableNotFoundError: the table was dropped.
             CatalogUnavailableError: the catalog database could not be reached.
         """
-        row = self.catalog.store.fetch_one(query("table_head"), {"table_id": self.meta.table_id})
-        if row is None:
+        version = head_version(self.catalog.store, self.meta.table_id)
+        if version is None:
             raise TableNotFoundError(self.name)
-        return int(row["version"])
+        return version
 
     def resolve_version(self, version: int | None = None, as_of: dt.datetime | None = None) -> int:
         """The table version a read at ``version`` / ``as_of`` (default: latest) sees.
@@ -150,21 +155,14 @@ class Table:
         if version is not None:
             if not 0 <= version <= latest:
                 raise VersionNotFoundError(f"{self.name} has versions 0..{latest}, not {version}")
-            self._check_horizon(version, f"version {version}")
+            require_unexpired(self.catalog.store, self.meta, version, f"version {version}")
             return version
         if as_of is not None:
             at = as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.UTC)
-            row = self.catalog.store.fetch_one(
-                query("version_at_time"), {"table_id": self.meta.table_id, "at": at}
-            )
-            found = int(row["version"]) if row is not None else 0
-            self._check_horizon(found, f"time {at.isoformat()}")
+            found = version_at(self.catalog.store, self.meta.table_id, at)
+            require_unexpired(self.catalog.store, self.meta, found, f"time {at.isoformat()}")
             return found
         return latest
-
-    def _check_horizon(self, version: int, asked: str) -> None:
-        with self.catalog.store.connection() as conn, translate_errors():
-            check_horizon(conn, self.meta, version, asked)
 
     def plan(
         self,
@@ -184,21 +182,14 @@ class Table:
                 :class:`catalog.OutageGuard` instead.
         """
         table_version = self.resolve_version(version, as_of)
-        with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
-            # one snapshot for the horizon and every row read, so a concurrent expiry either
-            # shows its horizon (error) or none of its removals (see catalog.maintenance.expiry)
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            check_horizon(conn, self.meta, table_version, f"version {table_version}")
-            if partitions is not None:
-                found = partition_heads(conn, self.meta.table_id, partitions, table_version)
-                heads = [h for h in found.values() if h is not None]
-            else:
-                heads = all_partition_heads(conn, self.meta.table_id, table_version)
-            if partition_filter is not None:
-                heads = [
-                    h for h in heads if partition_filter(self.meta.spec.parse(h.partition_desc)[0])
-                ]
-            snapshots = load_snapshots(conn, self.meta.table_id, heads)
+        spec, keep = self.meta.spec, partition_filter
+        snapshots = snapshots_at(
+            self.catalog.store,
+            self.meta,
+            table_version,
+            partitions=partitions,
+            keep=None if keep is None else lambda h: keep(spec.parse(h.partition_desc)[0]),
+        )
         return plan_scan(self.meta, table_version, snapshots)
 
     def history(self, limit: int = 100, after: int = 0) -> list[VersionInfo]:
@@ -208,10 +199,7 @@ class Table:
             CatalogUnavailableError: the catalog database could not be reached (reads fail
                 fast; see :meth:`plan`).
         """
-        rows = self.catalog.store.fetch_all(
-            query("table_history"),
-            {"table_id": self.meta.table_id, "limit": limit, "after": after},
-        )
+        rows = history_rows(self.catalog.store, self.meta.table_id, limit=limit, after=after)
         return [
             VersionInfo(
                 version=r["version"],
@@ -520,11 +508,7 @@ class Table:
             target = plan_schema_change(self.meta, new_schema, allow_drop=allow_drop)
             if target is None:
                 return self
-            with self.catalog.store.connection() as conn, translate_errors(), conn.transaction():
-                conn.execute(query("lock_tables"), {"table_ids": [self.meta.table_id]})
-                new_id = record_schema(
-                    conn, self.meta.table_id, self.meta.current_schema_id, target
-                )
+            new_id = change_schema(self.catalog.store, self.meta, target)
             if new_id is None:  # another schema change landed since the refresh
                 raise CommitConflict(
                     kind=ConflictKind.CONCURRENT_WRITE, table=self.name, winning_op="schema change"
