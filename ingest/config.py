@@ -11,6 +11,7 @@ from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt
 from ingest.formats import SourceFormat
 from ingest.kafka.errors import DEFAULT_BROKER_OUTAGE_BUDGET_S
+from ingest.kafka.spark_source import SourceReader
 from ingest.sink.guard import DeadLetterGuard
 from ingest.transactions.policy import (
     DEFAULT_MAX_HOLD_S,
@@ -60,6 +61,10 @@ class IngestJobConfig:
     partition_idle_s: float = DEFAULT_PARTITION_IDLE_S
     """With a transaction topic of several partitions: seconds after an END was read that a
     partition with nothing more to read counts as past it (:mod:`ingest.transactions.order`)."""
+    source_reader: SourceReader = SourceReader.PYTHON
+    """What reads Kafka: lakestream's Python source (ranges, read by the sink's tasks) or
+    Spark's built-in Kafka source (records: :mod:`ingest.kafka.spark_source`,
+    :mod:`ingest.sink.records`)."""
 
     def __post_init__(self) -> None:
         if not self.max_hold_s > 0:
@@ -73,6 +78,14 @@ class IngestJobConfig:
             and self.source_format is not SourceFormat.DEBEZIUM
         ):
             raise TransactionConfigError("transactions: consistent needs Debezium topics")
+        if (
+            self.source_reader is SourceReader.SPARK
+            and self.transaction_mode is TransactionMode.CONSISTENT
+        ):
+            raise TransactionConfigError(
+                "transactions: consistent needs source.reader: python (its driver and tasks work "
+                "on offset ranges); set transactions: eventual, or source.reader: python"
+            )
 
     @property
     def transaction_mode(self) -> TransactionMode:

@@ -39,6 +39,12 @@ from ingest.kafka.options import (
     parse_options,
 )
 from ingest.kafka.source import SOURCE_NAME, register, starting_offsets_now
+from ingest.kafka.spark_source import (
+    SPARK_KAFKA_FORMAT,
+    SourceReader,
+    spark_source_options,
+    spark_starting_offsets,
+)
 from ingest.logs import driver_level
 from ingest.sink.batch import BatchSink, SinkSettings
 from ingest.transactions.markers import TRANSACTION_TOPIC_PATTERN
@@ -238,8 +244,13 @@ def query_failure(error: BaseException) -> QueryFailed:
 
 
 def _start(config: IngestJobConfig, spark: Any, sink: BatchSink, options: dict[str, str]) -> Any:
-    register(spark)
-    reader = spark.readStream.format(SOURCE_NAME).options(**options)
+    if config.source_reader is SourceReader.SPARK:  # Spark's Kafka source: the batch has records
+        reader = spark.readStream.format(SPARK_KAFKA_FORMAT).options(
+            **spark_source_options(config, _spark_starting(config, options["startingOffsets"]))
+        )
+    else:
+        register(spark)
+        reader = spark.readStream.format(SOURCE_NAME).options(**options)
     writer = (
         reader.load()
         .writeStream.foreachBatch(sink)
@@ -251,6 +262,15 @@ def _start(config: IngestJobConfig, spark: Any, sink: BatchSink, options: dict[s
     else:
         writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
     return writer.start()
+
+
+def _spark_starting(config: IngestJobConfig, starting: str) -> str:
+    """``startingOffsets`` for Spark's Kafka source: ``earliest``/``latest`` as they are, offsets
+    the job decided (the catalog's, the configured start resolved) completed with every
+    partition subscribed now, as Spark requires (:func:`spark_starting_offsets`)."""
+    if not starting.lstrip().startswith("{"):
+        return starting
+    return spark_starting_offsets(json.loads(starting), _configured_start(config))
 
 
 def _await(query: Any, stop: threading.Event) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,19 @@ _LOOPBACK_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": 
 _SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def local_spark(app_name: str, extra_conf: dict[str, str] | None = None) -> SparkSession:
+def local_spark(
+    app_name: str, extra_conf: dict[str, str] | None = None, jars: Sequence[Path] = ()
+) -> SparkSession:
     """Get (or create) the process's local session; ``extra_conf`` overrides the defaults.
 
-    Settings that only a new JVM can take (memory, master) apply only if no session exists yet.
+    ``jars`` go on the classpath as ``spark.jars`` (Spark's Kafka source for ``source.reader:
+    spark``: :func:`ingest.kafka.spark_source.ensure_connector_jars`). Settings that only a new
+    JVM can take (memory, master, jars) apply only if no session exists yet.
     """
     conf = session_conf(app_name, extra_conf or {}, _source_path())
+    if jars:  # after any spark.jars of extra_conf
+        conf["spark.jars"] = ",".join([*conf.get("spark.jars", "").split(","), *map(str, jars)])
+        conf["spark.jars"] = conf["spark.jars"].strip(",")
     _prepare_environment(conf["spark.executorEnv.PYTHONPATH"], loopback=is_local(conf))
     if SparkContext._gateway is None:  # no JVM yet (a stopped context keeps its JVM)
         _start_context(conf)

@@ -29,6 +29,7 @@ from ingest.config import IngestJobConfig
 from ingest.debezium import DecoderConfig
 from ingest.formats import SourceFormat
 from ingest.kafka.errors import DEFAULT_BROKER_OUTAGE_BUDGET_S
+from ingest.kafka.spark_source import SourceReader
 from ingest.sink.guard import DeadLetterGuard
 from ingest.transactions import (
     DEFAULT_MAX_HOLD_S,
@@ -70,6 +71,10 @@ class SourceSection(Section):
     """Bounds a micro-batch, and with it a write task's memory: a task holds its share of the
     batch's messages while it decodes them. ``null`` lifts the bound (a backlog then becomes
     one batch)."""
+    reader: SourceReader = SourceReader.PYTHON
+    """``python`` (lakestream's source: offset ranges, read by the write tasks with librdkafka)
+    or ``spark`` (Spark's built-in Kafka source, jars fetched from Maven Central once; not with
+    ``transactions: consistent``). See docs/ingest.md."""
 
 
 class DeclaredTable(Section):
@@ -296,6 +301,7 @@ class IngestSettings(CommandSettings):
             partition_by={t: tuple(c) for t, c in self.tables.partition_by.items()},
             starting_offsets=self.source.starting_offsets,
             max_offsets_per_trigger=self.source.max_offsets_per_trigger,
+            source_reader=self.source.reader,
             trigger_seconds=trigger_seconds(self.trigger),
             kafka_options={k: v.get_secret_value() for k, v in self.kafka.options.items()},
             broker_outage_budget_s=self.kafka.outage_budget,
@@ -318,6 +324,7 @@ def describe(settings: IngestSettings) -> dict[str, Any]:
         "topics": settings.source.topics,
         "pattern": settings.source.pattern,
         "format": settings.source.format.value,
+        "reader": settings.source.reader.value,
         "trigger": settings.trigger,
         "checkpoint": str(settings.checkpoint),
         "kafka_options": sorted(settings.kafka.options),

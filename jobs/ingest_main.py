@@ -192,8 +192,12 @@ def _spark_session(settings: IngestSettings) -> Any:
         for key, value in settings.spark.conf.items():
             builder = builder.config(key, value)
         return builder.getOrCreate()
+    from ingest.kafka.spark_source import SourceReader, ensure_connector_jars
     from ingest.spark_session import local_spark
 
+    jars = ensure_connector_jars() if settings.source.reader is SourceReader.SPARK else []
     return local_spark(
-        f"lakestream-{settings.job}", {"spark.master": settings.spark.master, **settings.spark.conf}
+        f"lakestream-{settings.job}",
+        {"spark.master": settings.spark.master, **settings.spark.conf},
+        jars=jars,
     )

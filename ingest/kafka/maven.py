@@ -47,15 +47,24 @@ class JarFetchError(IngestError, RuntimeError):
 
 @dataclass(frozen=True, order=True)
 class MavenArtifact:
-    """One ``group:artifact:version`` whose runtime dependencies come along."""
+    """One ``group:artifact:version`` whose runtime dependencies come along, unless
+    ``transitive`` is false: then it comes alone (a Spark connector, whose other dependencies
+    Spark's own jars already provide, in the versions Spark was built with)."""
 
     group: str
     artifact: str
     version: str
+    transitive: bool = True
 
     @property
     def coordinate(self) -> str:
         return f"{self.group}:{self.artifact}:{self.version}"
+
+
+#: Maven 3's wildcard exclusion: the dependency alone, none of its own dependencies.
+_NO_TRANSITIVES = (
+    "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+)
 
 
 def pom_xml(artifacts: Sequence[MavenArtifact]) -> str:
@@ -70,6 +79,7 @@ def pom_xml(artifacts: Sequence[MavenArtifact]) -> str:
         f"<groupId>{escape(a.group)}</groupId>"
         f"<artifactId>{escape(a.artifact)}</artifactId>"
         f"<version>{escape(a.version)}</version>"
+        f"{'' if a.transitive else _NO_TRANSITIVES}"
         "</dependency>\n"
         for a in artifacts
     )

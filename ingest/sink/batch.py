@@ -62,6 +62,7 @@ from ingest.kafka.brokerview import STARTUP_CHECK, BrokerView
 from ingest.kafka.offsets import OffsetRange, OffsetsJson
 from ingest.kafka.offsets import from_json as offsets_from_json
 from ingest.kafka.options import SourceOptions
+from ingest.kafka.spark_source import SourceReader
 from ingest.logs import driver_level
 from ingest.sink.consistent import (
     BatchTransactions,
@@ -85,6 +86,7 @@ from ingest.sink.decoding import BatchDecoders
 from ingest.sink.held import COMPACTION_ENABLED, HELD_SCHEMA, chunks_of, held_table_name
 from ingest.sink.plan import Holding, SinkPlan
 from ingest.sink.readahead import MarkerReadAhead
+from ingest.sink.records import spark_batch_ends, write_spark_batch
 from ingest.sink.report import (
     REPORT_ROW,
     NewTable,
@@ -338,11 +340,15 @@ class BatchSink:
     def _write_pass(self, df: Any, batch_id: int) -> list[TaskReport]:
         plan = self._plan(batch_id)
         started = time.monotonic()
-        rows = df.mapInArrow(partial(write_task, plan=plan), _report_type()).collect()
+        if self.settings.config.source_reader is SourceReader.SPARK:  # hook: source.reader
+            rows = write_spark_batch(df, plan, _report_type())  # records, not ranges
+        else:
+            rows = df.mapInArrow(partial(write_task, plan=plan), _report_type()).collect()
         self._job_ms = round((time.monotonic() - started) * 1000)
         if self._peek_go is not None:
             self._peek_go.set()  # the tasks have ended: a peek still waiting begins
         reports = [read_report(row["report"], row["ranks"], row["placed"]) for row in rows]
+        reports += spark_batch_ends(self.settings.config, batch_id)  # hook: source.reader
         if self._txn is not None:
             self._time_read_ahead(reports)
             reports.append(self._txn.marker_report)

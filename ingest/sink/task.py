@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -68,21 +68,50 @@ DEAD_LETTER_SCHEMA = pa.schema([
 def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: the task's offset ranges in, their records read from Kafka here,
     decoded and written; one report row out (the records never pass through the JVM)."""
-    began, started_cpu, started = time.time(), time.process_time(), time.monotonic()
-    tune_worker_collector()
-    configure_worker_logging(plan.log_level)
-    log = get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
+    clock = TaskClock.start(plan)
     ranges = [rng for batch in batches for rng in ranges_of(batch)]
     chunks = list(read_chunks(_ranges_to_read(ranges, plan), plan.kafka))
+    yield report_row(write_records(chunks, plan, clock, offsets=_range_ends(ranges), ranges=ranges))
+
+
+@dataclass(frozen=True)
+class TaskClock:
+    """When a task began (wall clock, CPU, monotonic), for its report's timings; starting it
+    also readies the Python worker (its collector, its logging)."""
+
+    began: float
+    cpu: float
+    monotonic: float
+
+    @classmethod
+    def start(cls, plan: SinkPlan) -> TaskClock:
+        clock = cls(time.time(), time.process_time(), time.monotonic())
+        tune_worker_collector()
+        configure_worker_logging(plan.log_level)
+        return clock
+
+
+def write_records(
+    chunks: list[RecordChunk],
+    plan: SinkPlan,
+    clock: TaskClock,
+    *,
+    offsets: dict[str, dict[str, int]],
+    ranges: Sequence[OffsetRange] = (),
+) -> TaskReport:
+    """A task's records, however they were read (by the task from its ``ranges``, or by Spark's
+    Kafka source: :mod:`ingest.sink.records`), decoded and written; its report. ``offsets``
+    are where the task's reading ends (empty when the driver knows it from Spark's log)."""
+    log = get_logger("lakestream.ingest.task")  # per call: loggers do not pickle
     # the newest record of each chunk (offset order) stands for the chunk in the lag figure
     known = [t for t in (c.timestamps_ms[-1] for c in chunks) if t is not None]
     report = TaskReport(
         records=sum(len(c) for c in chunks),
         topics=_records_by_topic(chunks),
-        offsets=_range_ends(ranges),
+        offsets=offsets,
         max_timestamp_ms=max(known) if known else None,
     )
-    dissolved = _dissolved(ranges, plan)
+    dissolved = _dissolved(list(ranges), plan)
     if dissolved:
         report = report.model_copy(update={"dissolved": sum(len(c) for c in dissolved)})
         chunks = [*dissolved, *chunks]  # older than the task's records: they come first
@@ -90,13 +119,13 @@ def write_task(batches: Iterator[pa.RecordBatch], plan: SinkPlan) -> Iterator[pa
         report = write_chunks(chunks, plan, report)
     report = report.model_copy(
         update={
-            "cpu_ms": round((time.process_time() - started_cpu) * 1000),
-            "wall_ms": round((time.monotonic() - started) * 1000),
-            "started_ms": round(began * 1000),
+            "cpu_ms": round((time.process_time() - clock.cpu) * 1000),
+            "wall_ms": round((time.monotonic() - clock.monotonic) * 1000),
+            "started_ms": round(clock.began * 1000),
         }
     )
     log.debug("task_written", records=report.records, files=len(report.files))
-    yield report_row(report)
+    return report
 
 
 def _ranges_to_read(ranges: list[OffsetRange], plan: SinkPlan) -> list[OffsetRange]:
