@@ -84,7 +84,20 @@ def decode_chunks(
     chunks: Iterable[RecordChunk], config: DecoderConfig, hold: RecordHold | None = None
 ) -> DecodedBatch:
     """:func:`decode_records` for messages already in chunks (the executors' fast path), less
-    the messages ``hold`` takes."""
+    the messages ``hold`` takes. With ``config.avro``, the messages are Avro (Confluent wire
+    format) and are decoded by their schema ids first (:mod:`ingest.debezium.avro`)."""
+    if config.avro is not None:
+        from ingest.debezium.avro import decode_avro_chunks  # confluent-kafka[avro]: imported late
+
+        return decode_avro_chunks(chunks, config, hold)
+    return decode_json_chunks(chunks, config, hold)
+
+
+def decode_json_chunks(
+    chunks: Iterable[RecordChunk], config: DecoderConfig, hold: RecordHold | None = None
+) -> DecodedBatch:
+    """:func:`decode_chunks` for messages of Kafka Connect's JSON converter (the Avro path
+    hands them over transcoded)."""
     batch = _Batch(config, hold)
     for chunk in chunks:
         batch.add_chunk(chunk)

@@ -46,6 +46,12 @@ class DeadLetterReason(StrEnum):
     UNAVAILABLE_VALUE = "unavailable_value"
     """A primary-key column holds Debezium's placeholder for a value it did not send. (In other
     columns the placeholder makes a partial change, filled from the key's previous change.)"""
+    BAD_WIRE_FORMAT = "bad_wire_format"
+    """``source.converter: avro``: not magic byte 0 and a schema id (see ingest.debezium.avro)."""
+    UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+    """``source.converter: avro``: the schema registry has no schema of the message's id."""
+    MALFORMED_AVRO = "malformed_avro"
+    """``source.converter: avro``: the body does not read under the schema of its id."""
 
 
 class MessageError(DebeziumError):

@@ -7,6 +7,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,6 +15,9 @@ import pyarrow.compute as pc
 from catalog import ROW_KIND_COLUMN, UNSET_COLUMN
 from ingest.debezium.errors import DeadLetterReason, DecoderConfigError
 from ingest.debezium.layout import Layout, UnsupportedSchema, layout_from_arrow
+
+if TYPE_CHECKING:
+    from ingest.debezium.avro import AvroDecoding
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_PREFIX = "_ls_"
@@ -193,6 +197,8 @@ class DecoderConfig:
       the Arrow type alone does not (a derived ``source_schema`` has it and can be passed back).
     * ``primary_keys``: table -> key columns; wins over the key found in the messages.
     * ``variable_scale_decimal``: (precision, scale) of ``VariableScaleDecimal`` columns.
+    * ``avro``: set when an Avro converter wrote the topics (Confluent wire format): where the
+      schemas of their ids are (see :mod:`ingest.debezium.avro`).
     """
 
     topic_tables: Mapping[str, str] = field(default_factory=dict)
@@ -201,6 +207,7 @@ class DecoderConfig:
     schemas: Mapping[str, pa.Schema] = field(default_factory=dict)
     primary_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     variable_scale_decimal: tuple[int, int] = (38, 18)
+    avro: AvroDecoding | None = None
     #: Derived: the layout (codecs) of every configured schema.
     layouts: Mapping[str, Layout] = field(init=False, repr=False, compare=False)
 
