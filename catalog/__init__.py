@@ -6,8 +6,9 @@ The public surface, and the only one ``ingest`` and ``compaction`` may import (`
 enforces it, see ``[tool.importlinter]`` in pyproject.toml):
 
 * this module: catalog and tables, commits and their model, scans and plans, errors, retry and
-  outage policies, table metadata and the staging of files for a commit written by an engine
-  (``stage_append`` / ``stage_changes``), and the building blocks a package needs to keep its
+  outage policies, the outage guard other packages build theirs on (``ServiceGuard`` with
+  their ``OutageRules``), table metadata and the staging of files for a commit written by an
+  engine (``stage_append`` / ``stage_changes``), and the building blocks a package needs to keep its
   own tables in the catalog database (``PgStore``, ``NamedQueries``, ``COMMIT_CHANNEL``);
 * :mod:`catalog.files` - the Parquet file layer (read, write, merge-on-read, pruning, schema
   evolution). A package of its own in all but name: engines run it on their workers, it knows
@@ -72,7 +73,15 @@ from catalog.model import (
     TableCommit,
     TableCommitResult,
 )
-from catalog.outage import OutageGuard, OutagePolicy, OutageStats, one_line
+from catalog.outage import (
+    OutageGuard,
+    OutagePolicy,
+    OutageRules,
+    OutageSpent,
+    OutageStats,
+    ServiceGuard,
+    one_line,
+)
 from catalog.planning import PartitionScan, ScanPlan
 from catalog.queries import NamedQueries
 from catalog.readpoint import NoConsistentCutError, ReadPoint
@@ -126,6 +135,8 @@ __all__ = [
     "NoConsistentCutError",
     "OutageGuard",
     "OutagePolicy",
+    "OutageRules",
+    "OutageSpent",
     "OutageStats",
     "PartitionCommit",
     "PartitionScan",
@@ -136,6 +147,7 @@ __all__ = [
     "ScanFilter",
     "ScanPlan",
     "SchemaError",
+    "ServiceGuard",
     "SourcePoint",
     "SourceWatermark",
     "StatementError",

@@ -8,9 +8,13 @@ again with jittered back-off, one ``kafka_unavailable`` warning per retry (attem
 it answers or the outage has lasted longer than the budget; then :class:`BrokerUnavailableError`
 names the bootstrap servers and how long they were gone.
 
-As with the catalog's guard, the budget belongs to the outage, not to the call: it starts at the
-first failure after the last success. An error that is not about reaching the brokers (a bad
-credential, an unknown setting) is raised at once: waiting would not mend it.
+The loop is the catalog's (:class:`catalog.ServiceGuard`); what is Kafka's lives here: which
+errors mean "unreachable" (:func:`is_unreachable`), the events and the error. As with the
+catalog's guard, the budget belongs to the outage, not to the call: it starts at the first
+failure after the last success. An error that is not about reaching the brokers (a bad
+credential, an unknown setting) is raised at once: waiting would not mend it. Unlike the
+catalog's, a budget of 0 still names the brokers: the first unreachable call fails with
+:class:`BrokerUnavailableError`.
 """
 
 from __future__ import annotations
@@ -19,19 +23,15 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from catalog import RetryPolicy, one_line
-from catalog.logs import get_logger
+from catalog import OutagePolicy, OutageRules, OutageSpent, ServiceGuard
 from ingest.kafka.errors import (
     DEFAULT_BROKER_OUTAGE_BUDGET_S,
     BrokerQueryError,
     BrokerUnavailableError,
 )
-
-T = TypeVar("T")
 
 #: librdkafka errors that mean "the brokers could not be reached (in time)".
 _UNREACHABLE = frozenset(
@@ -80,6 +80,15 @@ class BrokerOutagePolicy:
         if not 0 < self.base_delay <= self.max_delay or self.call_timeout <= 0:
             raise ValueError("broker back-off needs 0 < base_delay <= max_delay, call_timeout > 0")
 
+    def outage(self) -> OutagePolicy:
+        """The guard's policy: a pause is at least half ``base_delay``, however the jitter falls."""
+        return OutagePolicy(
+            budget=self.budget,
+            base_delay=self.base_delay,
+            max_delay=self.max_delay,
+            min_delay=self.base_delay / 2,
+        )
+
 
 def is_unreachable(error: BaseException) -> bool:
     """Whether ``error`` says the brokers could not be reached, rather than refused the call."""
@@ -94,7 +103,33 @@ def is_unreachable(error: BaseException) -> bool:
     return False
 
 
-class BrokerGuard:
+def _unreachable_kind(error: Exception) -> str | None:
+    return "unreachable" if is_unreachable(error) else None
+
+
+def _brokers_gone(spent: OutageSpent) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        bootstrap_servers=spent.subject,
+        outage_s=spent.outage_s,
+        attempts=spent.attempts,
+        error=spent.error,
+    )
+
+
+KAFKA_OUTAGES = OutageRules(
+    classify=_unreachable_kind,
+    spent=_brokers_gone,
+    unavailable_event="kafka_unavailable",
+    available_event="kafka_available",
+    subject_field="bootstrap_servers",
+    logger="lakestream.ingest.kafka",
+    # the query then fails with BrokerUnavailableError, which reports the last attempt
+    log_last_failure=False,
+)
+"""The brokers' outages: :func:`is_unreachable` errors, told as ``kafka_unavailable``."""
+
+
+class BrokerGuard(ServiceGuard):
     """Runs one process's broker queries, waiting out broker outages within one budget."""
 
     def __init__(
@@ -106,77 +141,7 @@ class BrokerGuard:
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
+        super().__init__(
+            bootstrap_servers, policy.outage(), KAFKA_OUTAGES, clock=clock, sleep=sleep, rand=rand
+        )
         self.bootstrap_servers = bootstrap_servers
-        self.policy = policy
-        self._clock = clock
-        self._sleep = sleep
-        self._rand = rand
-        self._outage_started: float | None = None
-        self._attempts = 0
-
-    def call(self, operation: str, fn: Callable[[], T]) -> T:
-        """``fn()``, tried again while the brokers are unreachable and the budget lasts.
-
-        Raises:
-            BrokerUnavailableError: the outage outlasted the budget (the last error its cause).
-            Exception: whatever ``fn`` raised that is not about reaching the brokers, at once.
-        """
-        while True:
-            began = self._clock()
-            try:
-                result = fn()
-            except Exception as exc:
-                if not is_unreachable(exc):
-                    raise
-                wait = self._failed(operation, exc, began)
-                if wait is None:
-                    raise self._spent(exc) from exc
-                self._sleep(wait)
-                continue
-            self._succeeded(operation)
-            return result
-
-    def _failed(self, operation: str, error: Exception, began: float) -> float | None:
-        """Count one failure; the pause before the next attempt, or None once the budget is out."""
-        if self._outage_started is None:
-            self._outage_started = began
-        self._attempts += 1
-        waited = self._clock() - self._outage_started
-        backoff = RetryPolicy(
-            base_delay=self.policy.base_delay, max_delay=self.policy.max_delay, rand=self._rand
-        )
-        wait = max(backoff.delay(self._attempts), self.policy.base_delay / 2)
-        if waited + wait >= self.policy.budget:  # the next attempt would start too late
-            return None
-        get_logger("lakestream.ingest.kafka").warning(
-            "kafka_unavailable",
-            bootstrap_servers=self.bootstrap_servers,
-            operation=operation,
-            attempt=self._attempts,
-            wait_s=round(wait, 1),
-            waited_s=round(waited, 1),
-            budget_s=self.policy.budget,
-            error=one_line(error),
-        )
-        return wait
-
-    def _succeeded(self, operation: str) -> None:
-        if self._outage_started is None:
-            return
-        get_logger("lakestream.ingest.kafka").info(
-            "kafka_available",
-            bootstrap_servers=self.bootstrap_servers,
-            operation=operation,
-            outage_s=round(self._clock() - self._outage_started, 1),
-            attempts=self._attempts,
-        )
-        self._outage_started, self._attempts = None, 0
-
-    def _spent(self, last: Exception) -> BrokerUnavailableError:
-        started = self._outage_started if self._outage_started is not None else self._clock()
-        return BrokerUnavailableError(
-            bootstrap_servers=self.bootstrap_servers,
-            outage_s=self._clock() - started,
-            attempts=self._attempts,
-            error=one_line(last),
-        )
