@@ -78,6 +78,11 @@ class IngestJobConfig:
             and self.source_format is not SourceFormat.DEBEZIUM
         ):
             raise TransactionConfigError("transactions: consistent needs Debezium topics")
+        if self.transactions is TransactionMode.CONSISTENT and self.decoder.avro is not None:
+            raise TransactionConfigError(
+                "transactions: consistent reads Debezium's transaction topic and holds events as "
+                "JSON; with source.converter: avro use transactions: eventual"
+            )
         if (
             self.source_reader is SourceReader.SPARK
             and self.transaction_mode is TransactionMode.CONSISTENT
@@ -90,7 +95,8 @@ class IngestJobConfig:
     @property
     def transaction_mode(self) -> TransactionMode:
         """``consistent`` or ``eventual``: ``auto`` decided by the subscription (consistent when
-        it includes a ``<prefix>.transaction`` topic; never for plain JSON topics)."""
-        if self.source_format is not SourceFormat.DEBEZIUM:
+        it includes a ``<prefix>.transaction`` topic; never for plain JSON topics, nor yet for
+        Avro-encoded ones)."""
+        if self.source_format is not SourceFormat.DEBEZIUM or self.decoder.avro is not None:
             return TransactionMode.EVENTUAL
         return resolve_mode(self.transactions, self.topics, self.topic_pattern)

@@ -27,7 +27,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from catalog import DEFAULT_HASH_BUCKETS
 from ingest.config import IngestJobConfig
 from ingest.debezium import DecoderConfig
-from ingest.formats import SourceFormat
+from ingest.debezium.avro import AvroDecoding
+from ingest.formats import Converter, SourceFormat
 from ingest.kafka.errors import DEFAULT_BROKER_OUTAGE_BUDGET_S
 from ingest.kafka.spark_source import SourceReader
 from ingest.sink.guard import DeadLetterGuard
@@ -62,6 +63,24 @@ class KafkaSection(Section):
     the job stops (exit code 1); at start-up the brokers must answer within ~10 s."""
 
 
+class SchemaRegistrySection(Section):
+    """The Confluent-compatible schema registry of ``source.converter: avro`` (Confluent's,
+    Apicurio's ``/apis/ccompat/v7``, Karapace): the one Connect's Avro converter writes to."""
+
+    url: str
+    """``http(s)://host:port[/path]``, e.g. ``http://registry:8080/apis/ccompat/v7``."""
+    options: dict[str, SecretStr] = Field(default_factory=dict)
+    """confluent-kafka ``SchemaRegistryClient`` settings (``basic.auth.user.info``,
+    ``bearer.auth.*``, ``ssl.*``, ``timeout``, ``max.retries``), passed through."""
+
+    def decoding(self) -> AvroDecoding:
+        """Checked here (unknown or malformed options fail the configuration, not a task)."""
+        options = {k: v.get_secret_value() for k, v in self.options.items()}
+        decoding = AvroDecoding.of(self.url, options)
+        decoding.check()
+        return decoding
+
+
 class SourceSection(Section):
     format: SourceFormat = SourceFormat.DEBEZIUM
     topics: list[str] = Field(default_factory=list)
@@ -71,6 +90,11 @@ class SourceSection(Section):
     """Bounds a micro-batch, and with it a write task's memory: a task holds its share of the
     batch's messages while it decodes them. ``null`` lifts the bound (a backlog then becomes
     one batch)."""
+    converter: Converter = Converter.JSON
+    """How Debezium's topics are encoded, as Connect's ``value.converter`` wrote them: ``json``
+    (JsonConverter) or ``avro`` (an Avro converter in Confluent's wire format, whose schemas
+    come from ``schema_registry``). Keys are read the same way (an Avro key is recognised by
+    its wire format; a JSON key is taken as it is)."""
     reader: SourceReader = SourceReader.PYTHON
     """``python`` (lakestream's source: offset ranges, read by the write tasks with librdkafka)
     or ``spark`` (Spark's built-in Kafka source, jars fetched from Maven Central once; not with
@@ -180,6 +204,8 @@ class IngestSettings(CommandSettings):
     catalog: CatalogSection
     kafka: KafkaSection
     source: SourceSection = Field(default_factory=SourceSection)
+    schema_registry: SchemaRegistrySection | None = None
+    """Where ``source.converter: avro`` reads the schemas of the messages' ids."""
     tables: TablesSection = Field(default_factory=TablesSection)
     dead_letters: DeadLettersSection = Field(default_factory=DeadLettersSection)
     transactions: TransactionsSection = Field(default_factory=TransactionsSection)
@@ -228,6 +254,26 @@ class IngestSettings(CommandSettings):
                 "transactions.mode consistent needs Debezium topics (source.format: debezium); "
                 "plain JSON topics carry no transaction metadata"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _avro_needs_a_registry(self) -> IngestSettings:
+        avro = self.source.converter is Converter.AVRO
+        if avro and self.source.format is not SourceFormat.DEBEZIUM:
+            raise ValueError(
+                "source.converter: avro is for Debezium topics (source.format: debezium)"
+            )
+        if avro and self.schema_registry is None:
+            raise ValueError("source.converter: avro needs schema_registry.url")
+        if not avro and self.schema_registry is not None:
+            raise ValueError("schema_registry is read only with source.converter: avro")
+        if avro and self.transactions.mode is TransactionMode.CONSISTENT:
+            raise ValueError(
+                "transactions.mode consistent is not available with source.converter: avro "
+                "(its transaction markers and held events are read as JSON); use eventual"
+            )
+        if self.schema_registry is not None:
+            self.schema_registry.decoding()  # the url and options are checked now
         return self
 
     @model_validator(mode="after")
@@ -285,6 +331,7 @@ class IngestSettings(CommandSettings):
                 **{t: tuple(k) for t, k in self.tables.primary_keys.items()},
                 **{name: tuple(table.primary_key) for name, table in declared.items()},
             },
+            avro=None if self.schema_registry is None else self.schema_registry.decoding(),
         )
         return IngestJobConfig(
             job=self.job,
@@ -324,6 +371,12 @@ def describe(settings: IngestSettings) -> dict[str, Any]:
         "topics": settings.source.topics,
         "pattern": settings.source.pattern,
         "format": settings.source.format.value,
+        "converter": settings.source.converter.value,
+        "schema_registry": (
+            None
+            if settings.schema_registry is None
+            else settings.schema_registry.decoding().shown_url
+        ),
         "reader": settings.source.reader.value,
         "trigger": settings.trigger,
         "checkpoint": str(settings.checkpoint),

@@ -210,8 +210,14 @@ class AvroDecoding:
     def check(self) -> None:
         """Build a client once (no request is made): confluent-kafka refuses unknown options
         here, so a misspelt key fails at configuration time, not in the first task."""
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
+        try:
+            import fastavro  # noqa: F401 - present, or the tasks would fail on the first message
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+        except ImportError as exc:
+            raise DecoderConfigError(
+                f"source.converter: avro needs confluent-kafka[avro] ({exc}): install "
+                "lakestream[spark]"
+            ) from None
         try:
             SchemaRegistryClient(self.client_config())
         except (ValueError, TypeError) as exc:
