@@ -39,6 +39,7 @@ EXACT_TAGS: dict[str, str] = {
     "debezium/connect": r"\d+\.\d+\.\d+\.Final",
     "curlimages/curl": r"\d+\.\d+\.\d+",
     "apache/spark": r"\d+\.\d+\.\d+(-[a-z0-9.]+)*",
+    "quay.io/apicurio/apicurio-registry": r"\d+\.\d+\.\d+",
 }
 
 #: Where the Debezium image turns CONNECT_* variables into worker properties, and the
