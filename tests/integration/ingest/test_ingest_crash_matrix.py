@@ -7,7 +7,9 @@ stored offsets reach the topic ends. Crashes are injected failpoints (:mod:`inge
 they leave the checkpoint and the catalog as a ``kill -9`` at that point would, deterministically,
 while one Spark session serves the whole matrix. The eight cases of a (table kind, starting
 offsets) pair run side by side as concurrent streaming queries, each with its own topic, job,
-table and checkpoint. ``test_ingest_soak.py`` kills real processes.
+table and checkpoint. ``test_ingest_soak.py`` kills real processes. Spark's own Kafka source
+(``source.reader: spark``) runs two of the (table kind, starting offsets) pairs: its ends come
+from Spark's offset log, its restart from the catalog alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ingest.debezium import DecoderConfig
 from ingest.failpoints import FailAt, Failpoint
 from ingest.formats import SourceFormat
 from ingest.job import IngestJobConfig, IngestRun, run_ingest
+from ingest.kafka.spark_source import SourceReader
 from ingest.startpoint import StartOrigin
 from tests.fixtures.feeds import Feed, stored_offsets
 
@@ -37,8 +40,11 @@ CRASHES = {
 }
 
 
-def job_config(stream: Feed, table: str, kafka, home: Path, starting: str) -> IngestJobConfig:
+def job_config(
+    stream: Feed, table: str, kafka, home: Path, starting: str, *, reader: SourceReader
+) -> IngestJobConfig:
     common = {
+        "source_reader": reader,
         "job": f"crash-{table}",
         "bootstrap_servers": kafka.bootstrap_servers,
         "checkpoint": home / "checkpoint",
@@ -60,6 +66,7 @@ def job_config(stream: Feed, table: str, kafka, home: Path, starting: str) -> In
 class Case:
     kind: str
     starting: str
+    reader: SourceReader
     checkpoint: str
     crash: str
 
@@ -68,14 +75,28 @@ class Case:
         return f"{self.checkpoint}_{self.crash}".replace("-", "_")
 
 
-@pytest.mark.parametrize("kind", ["cdc", "append"])
-@pytest.mark.parametrize("starting", ["earliest", "latest"])
+@pytest.mark.parametrize(
+    ("kind", "starting", "reader"),
+    [
+        *itertools.product(["cdc", "append"], ["earliest", "latest"], [SourceReader.PYTHON]),
+        ("cdc", "earliest", SourceReader.SPARK),
+        ("append", "latest", SourceReader.SPARK),
+    ],
+)
 @pytest.mark.slow
 def test_a_crash_at_any_point_then_a_restart_commits_every_message_once(
-    catalog: Catalog, kafka, spark, tmp_path: Path, *, kind: str, starting: str
+    catalog: Catalog,
+    kafka,
+    spark,
+    tmp_path: Path,
+    *,
+    kind: str,
+    starting: str,
+    reader: SourceReader,
 ):
     cases = [
-        Case(kind, starting, *pair) for pair in itertools.product(["kept", "deleted"], CRASHES)
+        Case(kind, starting, reader, *pair)
+        for pair in itertools.product(["kept", "deleted"], CRASHES)
     ]
     with ThreadPoolExecutor(4) as pool:
         runs = [
@@ -91,7 +112,7 @@ def crash_and_restart(case: Case, catalog: Catalog, kafka, spark, tmp_path: Path
     stream = Feed(case.kind, kafka.topic(partitions=2))
     table = f"crash.{case.kind}_{case.name}"
     home = tmp_path / case.name
-    config = job_config(stream, table, kafka, home, case.starting)
+    config = job_config(stream, table, kafka, home, case.starting, reader=case.reader)
     if case.starting == "latest":  # the configured start is resolved on an empty topic, and kept
         assert run_ingest(config, spark, catalog).batches_committed == 0
     stream.produce(kafka, 60)
