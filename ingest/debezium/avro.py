@@ -615,7 +615,8 @@ def _map_entry(items: object, namespace: str | None) -> tuple[object, object] | 
     """Key and value schemas of ``AvroData``'s ``MapEntry`` record, if ``items`` is one."""
     if not isinstance(items, dict) or items.get("type") != "record":
         return None
-    if items.get("connect.internal.type") != _MAP_ENTRY and items.get("name") != _MAP_ENTRY:
+    name = str(items.get("name", "")).rpartition(".")[2]
+    if items.get("connect.internal.type") != _MAP_ENTRY and name != _MAP_ENTRY:
         return None
     fields = {
         f.get("name"): f.get("type") for f in items.get("fields") or () if isinstance(f, dict)

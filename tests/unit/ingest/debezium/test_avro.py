@@ -440,3 +440,39 @@ def test_registry_settings_are_checked_when_configured() -> None:
     with pytest.raises(DecoderConfigError, match="number"):
         AvroDecoding.of("http://registry:8080", {"max.retries": "many"}).check()
     AvroDecoding.of("http://registry:8080", {"basic.auth.user.info": "u:p"}).check()
+
+
+def test_maps_enums_fixed_and_float_columns_decode() -> None:
+    entry = {
+        "type": "record", "name": "MapEntry", "namespace": "io.confluent.connect.avro",
+        "fields": [{"name": "key", "type": "int"}, {"name": "value", "type": ["null", "string"]}],
+    }  # fmt: skip
+    columns = [
+        column("id", "int", nullable=False),
+        column("attrs", {"type": "map", "values": "long"}),
+        column("codes", {"type": "array", "items": entry}),
+        column("size", {"type": "enum", "name": "Size", "symbols": ["S", "M", "L"]}),
+        column("digest", {"type": "fixed", "name": "Digest", "size": 4}),
+        {"name": "ratio", "type": ["float", "null"], "default": 0.0},
+    ]
+    after = {
+        "id": 1, "attrs": {"a": 1, "b": 2}, "codes": [{"key": 7, "value": "x"}], "size": "M",
+        "digest": b"\x00\x01\x02\x03", "ratio": float("-inf"),
+    }  # fmt: skip
+    value = encode(envelope(columns), event("c", 10, after=after), VALUE_V2)
+    decoded = decode([message(0, value)], Schemas({KEY_ID: KEY, VALUE_V2: envelope(columns)}))
+    assert decoded.dead_letters == ()
+    (got,) = decoded.table(TABLE).rows.select([c["name"] for c in columns]).to_pylist()
+    assert got == {
+        "id": 1, "attrs": [("a", 1), ("b", 2)], "codes": [(7, "x")], "size": "M",
+        "digest": b"\x00\x01\x02\x03", "ratio": float("-inf"),
+    }  # fmt: skip
+
+
+def test_the_config_pickles_to_executors_which_share_one_registry_client() -> None:
+    import pickle
+
+    config = DecoderConfig(avro=AvroDecoding.of("http://r:8080", {"basic.auth.user.info": "u:p"}))
+    copy = pickle.loads(pickle.dumps(config))
+    assert copy.avro == config.avro
+    assert copy.avro is not None and copy.avro.source() is config.avro.source()
