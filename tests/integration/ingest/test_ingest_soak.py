@@ -4,6 +4,9 @@ Two jobs run side by side - Debezium changes into a CDC table and JSON events in
 table - each killed (``kill -9`` of its whole process group: driver, JVM, Python workers) several
 times, once after its checkpoint was deleted. At the end the CDC table equals the source and the
 append table holds the exact multiset of events, so a message read twice shows up as a duplicate.
+The two jobs read Kafka differently (:data:`READERS`): the CDC job with lakestream's Python
+source, the append job with Spark's own (``source.reader: spark``), so both readers are soaked
+without a third and fourth job on two cores.
 
 ``LAKESTREAM_SOAK_KILLS`` sets the kill rounds per job (default 3, at least 2): every run still
 kills both jobs with their checkpoint kept and once with it deleted; more rounds soak longer.
@@ -45,6 +48,8 @@ def kill_rounds() -> int:
 
 
 KILLS = kill_rounds()
+#: ``source.reader`` of each job.
+READERS = {"cdc": "python", "append": "spark"}
 #: Offsets per batch of the final drain (the killed runs read 120 a batch).
 DRAIN_BATCH = 1000
 
@@ -114,6 +119,7 @@ def make_job(kind: str, feed: Feed, *, dsn: str, warehouse: Path, kafka, home: P
             "format": "debezium" if kind == "cdc" else "json",
             "topics": [feed.topic],
             "max_offsets_per_trigger": 120,
+            "reader": READERS[kind],
         },
         "tables": tables,
         "checkpoint": str(home / "checkpoint"),
