@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.fixtures.bytecode",
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
+    "tests.fixtures.connect",
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",
     "tests.fixtures.outage",

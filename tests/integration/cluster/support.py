@@ -21,6 +21,7 @@ import yaml
 
 from catalog import Catalog
 from catalog.files.storage import StorageOptions
+from ingest.kafka.connect import LocalConnect
 from tests.fixtures.debezium import CapturedEvent, DebeziumCapture, PostgresSource
 from tests.fixtures.ingest_cli import CliRun
 from tests.fixtures.jsonlog import split_log
@@ -75,12 +76,14 @@ class Orders:
         return {r[0]: {"id": r[0], "item": r[1], "qty": r[2], "price": r[3]} for r in cursor}
 
 
-def capture(source: PostgresSource, workdir: Path, name: str, rows: int) -> list[CapturedEvent]:
+def capture(
+    connect: LocalConnect, source: PostgresSource, name: str, rows: int
+) -> list[CapturedEvent]:
     """Debezium's events of ``rows`` snapshotted rows and the changes of :meth:`Orders.change`."""
     with psycopg.connect(source.dsn, autocommit=True) as conn:
         orders = Orders(conn)
         orders.create(rows)
-        with DebeziumCapture(source, workdir, name) as engine:
+        with DebeziumCapture(connect, source, name) as engine:
             engine.wait_for(rows, timeout=120)
             orders.change()
             engine.wait_for(sum(orders.expected.values()), timeout=60)

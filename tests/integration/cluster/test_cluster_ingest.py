@@ -27,6 +27,7 @@ import pytest
 
 from catalog import Catalog
 from catalog.files.storage import StorageOptions
+from ingest.kafka.connect import LocalConnect
 from jobs.localpg import LocalPostgres
 from tests.fixtures.broker import KafkaTestHelper
 from tests.fixtures.debezium import (
@@ -68,13 +69,12 @@ class Source:
 
 
 @pytest.fixture(scope="module")
-def source(pg_server: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
+def source(pg_server: LocalPostgres, connect_worker: LocalConnect) -> Iterator[Source]:
     """2,000 rows snapshotted, then updated, deleted and inserted: ~2,800 events, enough for
     a stream of many small batches. Each test sends them to a topic of its own."""
     name = create_source_database(pg_server)
-    db = PostgresSource(pg_server.port, name, table="public.orders")
-    workdir = tmp_path_factory.mktemp("debezium")
-    events = capture(db, workdir, f"ls{uuid.uuid4().hex[:8]}", rows=2000)
+    db = PostgresSource(pg_server.port, name)
+    events = capture(connect_worker, db, f"ls{uuid.uuid4().hex[:8]}", rows=2000)
     yield Source(db, events, source_rows(db))
     drop_source_database(pg_server, name)
 

@@ -1,9 +1,9 @@
 """``lakestream demo`` as a user runs it: the whole pipeline through the CLI, then Ctrl-C.
 
-The demo starts everything itself (PostgreSQL, Debezium, the broker, the ingest job and the
-compactor), so these tests use no fixtures but a temporary home directory. What a user relies
-on: the demo ends with exit 0 after checking the lake against the source table by table and
-querying two versions; and Ctrl-C mid-stream ends it with 130 and leaves nothing running.
+The demo starts everything itself (PostgreSQL, the broker, Kafka Connect with Debezium's connector,
+the ingest job and the compactor), so these tests use no fixtures but a temporary home directory.
+What a user relies on: the demo ends with exit 0 after checking the lake against the source table by
+table and querying two versions; and Ctrl-C mid-stream ends it with 130 and leaves nothing running.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_ctrl_c_mid_stream_stops_everything_with_exit_code_130(tmp_path):
         time.sleep(3)
         seen = demo_processes(proc.pid, home)
         commands = " ".join(seen.values())
-        for part in ("java", "postgres", "kafka.Kafka", "compactor", "ingest"):
+        for part in ("postgres", "kafka.Kafka", "ConnectDistributed", "compactor", "ingest"):
             assert part in commands, (part, seen)
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=90)

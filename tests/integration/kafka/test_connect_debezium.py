@@ -1,10 +1,10 @@
 """Debezium's PostgreSQL connector inside a real Kafka Connect worker, as users run it.
 
-The other real-Debezium tests use the embedded engine and forward its events to the broker
-themselves. Here :class:`~ingest.kafka.connect.LocalConnect` runs ``ConnectDistributed`` (jars
-from Maven Central) against an Apache Kafka broker: connectors are registered over REST, Connect
-creates the topics, its producer writes them, and its offsets, configs and statuses live in
-Kafka. What a test reads is what a deployment's topics would hold:
+The other real-Debezium tests run the deployment's connector on the session's worker
+(:mod:`tests.fixtures.debezium`). Here :class:`~ingest.kafka.connect.LocalConnect` runs
+``ConnectDistributed`` (jars from Maven Central) against an Apache Kafka broker: connectors are
+registered over REST, Connect creates the topics, its producer writes them, and its offsets, configs
+and statuses live in Kafka. What a test reads is what a deployment's topics would hold:
 
 * snapshot, inserts, updates, deletes and tombstones as Debezium envelopes, from the
   JsonConverter with and without schemas;

@@ -2,10 +2,11 @@
 partitions (issue 46): a shop whose order headers keep ``total`` and ``lines`` equal to the sum
 and count of their order lines. Each PostgreSQL transaction places an order with its lines, adds
 a line to an order, or removes one (a delete, and Debezium's tombstone after it), changing the
-header with it. The engine's events are forwarded as a Kafka producer would send them: every
-topic keyed, the default partitioner spreading the BEGIN and END markers (keyed by their ids)
-over the 3 partitions of the transaction topic. Ingested in batches of a few records, every lake
-version keeps each header equal to its lines, and the lake ends equal to the source."""
+header with it. Debezium's connector runs in Kafka Connect (``docker/connector.json``'s
+settings), whose producer keys every topic: the default partitioner spreads the BEGIN and END
+markers (keyed by their ids) over the 3 partitions of the transaction topic. Ingested in
+batches of a few records, every lake version keeps each header equal to its lines, and the
+lake ends equal to the source."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 from catalog import Catalog
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.kafka.apache_kafka import create_topic
+from ingest.kafka.connect import LocalConnect
 from ingest.transactions import TransactionMode
 from jobs.localpg import LocalPostgres
 from tests.fixtures.debezium import (
@@ -53,7 +55,7 @@ class TransactionCapture(DebeziumCapture):
 @pytest.fixture
 def source_db(pg_server: LocalPostgres) -> Iterator[PostgresSource]:
     name = create_source_database(pg_server)
-    yield PostgresSource(pg_server.port, name, table=f"{ORDERS},{LINES}")
+    yield PostgresSource(pg_server.port, name)
     drop_source_database(pg_server, name)
 
 
@@ -154,17 +156,18 @@ def unbalanced(state: Mapping[str, list[dict[str, Any]]]) -> str | None:
     return None
 
 
-def forward(kafka: Any, prefix: str, events: list[CapturedEvent]) -> dict[int, int]:
-    """Into the broker as a Kafka producer sends them: keyed, the default partitioner placing
-    each record; returns how many markers each partition of the transaction topic got."""
-    markers: dict[int, int] = {}
+def create_topics(kafka: Any, prefix: str) -> None:
+    """Before the connector writes them (Connect keeps an existing topic's partitions)."""
     for name, partitions in PARTITIONS.items():
-        topic = f"{prefix}.{name}"
-        create_topic(kafka.bootstrap_servers, topic, partitions)
-        sent = kafka.produce(topic, [(e.key, e.value) for e in events if e.destination == topic])
-        if name == "transaction":
-            for delivered in sent:
-                markers[delivered.partition] = markers.get(delivered.partition, 0) + 1
+        create_topic(kafka.bootstrap_servers, f"{prefix}.{name}", partitions)
+
+
+def markers_per_partition(prefix: str, events: list[CapturedEvent]) -> dict[int, int]:
+    """How many markers each partition of the transaction topic got."""
+    markers: dict[int, int] = {}
+    for event in events:
+        if event.destination == f"{prefix}.transaction":
+            markers[event.partition] = markers.get(event.partition, 0) + 1
     return markers
 
 
@@ -181,19 +184,26 @@ def lake_rows(catalog: Catalog, name: str) -> dict[int, dict[str, Any]]:
 
 @pytest.mark.slow
 def test_real_debezium_on_three_transaction_partitions_keeps_every_order_whole(
-    source_db: PostgresSource, catalog: Catalog, kafka: Any, spark: Any, tmp_path: Path
+    source_db: PostgresSource,
+    catalog: Catalog,
+    kafka: Any,
+    *,
+    connect_worker: LocalConnect,
+    spark: Any,
+    tmp_path: Path,
 ) -> None:
     conn = open_shop(source_db)
     shop = Shop(conn, random.Random(46))
     prefix = new_topics().prefix
-    with TransactionCapture(source_db, tmp_path / "engine", prefix) as capture:
+    create_topics(kafka, prefix)
+    with TransactionCapture(connect_worker, source_db, prefix) as capture:
         capture.wait_for(OPEN_ORDERS)  # the snapshot, before any transaction
         for _ in range(TRANSACTIONS):
             shop.act()
         events = capture.wait_for(shop.events, timeout=120)
     assert len(events) == shop.events
     assert min(shop.done[kind] for kind in ("place", "add", "remove")) >= 5
-    markers = forward(kafka, prefix, events)
+    markers = markers_per_partition(prefix, events)
     assert sorted(markers) == [0, 1, 2] and sum(markers.values()) == 2 * TRANSACTIONS
 
     job = IngestJobConfig(

@@ -1,9 +1,10 @@
 """Real Debezium with ``provide.transaction.metadata=true``: transfers between two rows of
-``accounts`` plus an ``audit`` row, each one PostgreSQL transaction, captured by the embedded
-engine and forwarded as it produced them - data topics on several partitions, the transaction
-topic on one. Ingested with a small ``max_offsets_per_trigger`` so transactions straddle batches:
-at every lake version the invariants hold with ``consistent``; the same events ingested with
-``eventual`` break them at some version."""
+``accounts`` plus an ``audit`` row, each one PostgreSQL transaction, captured by Debezium's
+connector in Kafka Connect (``docker/connector.json``'s settings) into topics created beforehand
+- data topics on several partitions, the transaction topic on one. Ingested with a small
+``max_offsets_per_trigger`` so transactions straddle batches: at every lake version the
+invariants hold with ``consistent``; the same events ingested with ``eventual`` break them at
+some version."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ import pytest
 from catalog import Catalog
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
+from ingest.kafka.connect import LocalConnect
 from ingest.transactions import TransactionMode
 from jobs.localpg import LocalPostgres
 from tests.fixtures.broker import create_topic
 from tests.fixtures.debezium import (
-    CapturedEvent,
     DebeziumCapture,
     PostgresSource,
     create_source_database,
@@ -45,7 +46,7 @@ class TransactionCapture(DebeziumCapture):
 @pytest.fixture
 def source_db(pg_server: LocalPostgres) -> Iterator[PostgresSource]:
     name = create_source_database(pg_server)
-    yield PostgresSource(pg_server.port, name, table="public.accounts,public.audit")
+    yield PostgresSource(pg_server.port, name)
     drop_source_database(pg_server, name)
 
 
@@ -81,14 +82,12 @@ def lake_rows(catalog: Catalog, name: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in catalog.load_table(name).scan().to_arrow().to_pylist()}
 
 
-def forward(kafka: Any, prefix: str, events: list[CapturedEvent]) -> None:
-    """Into the broker as Debezium produced them: accounts over 3 partitions and audit over 2
-    (by key, the default partitioner), the transaction topic on one."""
+def create_topics(kafka: Any, prefix: str) -> None:
+    """Before the connector writes them (Connect keeps an existing topic's partitions): accounts
+    over 3 partitions and audit over 2 (by key), the transaction topic on one."""
     topics = {"public.accounts": 3, "public.audit": 2, "transaction": 1}
     for name, partitions in topics.items():
-        topic = f"{prefix}.{name}"
-        create_topic(kafka.bootstrap_servers, topic, partitions)
-        kafka.produce(topic, [(e.key, e.value) for e in events if e.destination == topic])
+        create_topic(kafka.bootstrap_servers, f"{prefix}.{name}", partitions)
 
 
 def job_config(kafka: Any, prefix: str, tmp_path: Path, job: str, **extra: Any) -> IngestJobConfig:
@@ -106,12 +105,19 @@ def job_config(kafka: Any, prefix: str, tmp_path: Path, job: str, **extra: Any) 
 
 @pytest.mark.slow
 def test_real_debezium_transactions_are_published_whole(
-    source_db: PostgresSource, catalog: Catalog, kafka: Any, spark: Any, tmp_path: Path
+    source_db: PostgresSource,
+    catalog: Catalog,
+    kafka: Any,
+    *,
+    connect_worker: LocalConnect,
+    spark: Any,
+    tmp_path: Path,
 ) -> None:
     conn = make_bank(source_db)
     prefix = new_topics().prefix
     rng = random.Random(3)
-    with TransactionCapture(source_db, tmp_path / "engine", prefix) as capture:
+    create_topics(kafka, prefix)
+    with TransactionCapture(connect_worker, source_db, prefix) as capture:
         capture.wait_for(ACCOUNTS)  # the snapshot, before any transfer
         for n in range(1, TRANSFERS + 1):
             transfer(conn, rng, n)
@@ -119,7 +125,6 @@ def test_real_debezium_transactions_are_published_whole(
         events = capture.wait_for(ACCOUNTS + 5 * TRANSFERS, timeout=120)
     markers = [e for e in events if e.destination == f"{prefix}.transaction"]
     assert len(markers) == 2 * TRANSFERS
-    forward(kafka, prefix, events)
 
     run_ingest(job_config(kafka, prefix, tmp_path, "bank_real"), spark, catalog)
     plain = job_config(

@@ -11,9 +11,12 @@ from ingest.kafka.apache_kafka import KAFKA_VERSION
 from ingest.kafka.connect import (
     DEBEZIUM_VERSION,
     POSTGRES_CONNECTOR_CLASS,
+    ConnectError,
     ConnectorFailedError,
     connect_artifacts,
     default_plugin_path,
+    deployment_connector_config,
+    load_connector_json,
     postgres_connector_config,
     postgres_plugin_artifacts,
     worker_properties,
@@ -111,3 +114,49 @@ def test_a_failed_task_carries_its_trace() -> None:
 
     assert error.trace == "boom"
     assert error.name == "c"
+
+
+# -- the deployment's connector JSON -------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[4]
+DOCKER_CONNECTOR = ROOT / "docker" / "connector.json"
+
+
+def test_the_deployment_json_is_used_as_is_but_for_connection_and_names() -> None:
+    name, deployed = load_connector_json(DOCKER_CONNECTOR)
+    local = deployment_connector_config(
+        DOCKER_CONNECTOR,
+        host="127.0.0.1",
+        port=5433,
+        database="src",
+        user="postgres",
+        password="",
+        prefix="ls-1.a",
+        overrides={"schema.include.list": "public"},
+    )
+
+    assert name == "lakestream-shop"
+    changed = {k for k in deployed if local[k] != deployed[k]}
+    assert changed == {
+        "database.hostname",
+        "database.port",
+        "database.dbname",
+        "database.user",
+        "database.password",
+        "topic.prefix",
+        "slot.name",
+        "publication.name",
+        "schema.include.list",
+    }
+    assert local.keys() == deployed.keys()
+    assert (local["slot.name"], local["publication.name"]) == ("ls_1_a_slot", "ls_1_a_pub")
+    assert local["publication.autocreate.mode"] == "disabled"  # created as source-init.sql does
+
+
+def test_a_placeholder_left_in_the_deployment_json_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "connector.json"
+    path.write_text('{"name": "c", "database.sslkey": "${file:/secrets:key}", "tasks.max": 1}')
+    with pytest.raises(ConnectError, match=r"database\.sslkey"):
+        deployment_connector_config(
+            path, host="h", port=1, database="d", user="u", password="", prefix="p"
+        )
