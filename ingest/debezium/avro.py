@@ -677,6 +677,7 @@ class _Transcoder:
         self.compiled: dict[int, CompiledSchema | AvroMessageError] = (
             compiled if isinstance(compiled, dict) else {}
         )
+        self.unknown: dict[int, UnknownSchema] = {}
         self.dead: list[DeadLetter] = []
         #: The original chunks of those transcoded, by topic-partition, for the dead letters.
         self.originals: dict[tuple[str, int], list[RecordChunk]] = {}
@@ -684,13 +685,20 @@ class _Transcoder:
         self.bad_keys: dict[tuple[str, int, int], str] = {}
 
     def schema(self, schema_id: int) -> CompiledSchema:
-        found = self.compiled.get(schema_id)
+        """The compiled schema of an id. A schema, or the fact that it has no Connect form, is
+        kept for the process (an id's schema never changes); an id the registry did not know
+        is remembered for this batch only (a registry restored from a backup may know it
+        later)."""
+        found = self.compiled.get(schema_id) or self.unknown.get(schema_id)
         if found is None:
             try:
                 found = compile_schema(schema_id, self.source.schema_text(schema_id))
+            except UnknownSchema as exc:
+                found = self.unknown[schema_id] = exc
             except AvroMessageError as exc:
                 found = exc
-            self.compiled[schema_id] = found
+            if not isinstance(found, UnknownSchema):
+                self.compiled[schema_id] = found
         if isinstance(found, AvroMessageError):
             raise found
         return found

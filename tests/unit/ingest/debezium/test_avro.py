@@ -476,3 +476,19 @@ def test_the_config_pickles_to_executors_which_share_one_registry_client() -> No
     copy = pickle.loads(pickle.dumps(config))
     assert copy.avro == config.avro
     assert copy.avro is not None and copy.avro.source() is config.avro.source()
+
+
+def test_an_unknown_id_is_asked_again_in_the_next_batch_a_schema_is_not() -> None:
+    class Registry(Schemas):
+        compiled: dict[int, object]
+
+    registry = Registry({KEY_ID: KEY})
+    registry.compiled = {}  # kept across batches, as the registry client's cache is
+    value = encode(envelope(COLUMNS), event("c", 10, after=row(1)), VALUE_V1)
+    first = decode([message(0, value), message(1, value)], registry)
+    assert [d.reason for d in first.dead_letters] == [DeadLetterReason.UNKNOWN_SCHEMA_ID] * 2
+    registry.schemas[VALUE_V1] = envelope(COLUMNS)  # the registry learns it (a restore, say)
+    second = decode([message(2, value)], registry)
+    assert second.dead_letters == () and second.table(TABLE).rows.num_rows == 1
+    decode([message(3, value)], registry)
+    assert registry.asked.count(VALUE_V1) == 2 and registry.asked.count(KEY_ID) == 1
