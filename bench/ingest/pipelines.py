@@ -3,7 +3,8 @@
 * :func:`raw_consume` - confluent-kafka alone: assign every partition at offset 0, ``consume``
   in chunks of 10k, count the messages. The ceiling for anything that reads with librdkafka
   from Python.
-* :func:`bare_parquet` - Spark + the ``lakestream-kafka`` source + a plain
+* :func:`bare_parquet` - Spark + the ``lakestream-kafka`` source (or, with ``spark_source=True``,
+  Spark's built-in Kafka source, ``format("kafka")``) + a plain
   ``writeStream.format("parquet")`` (Trigger.AvailableNow): the Kafka rows as they come (key and
   value bytes, topic, partition, offset, timestamp), no decoding, no catalog. With
   ``from_json=True`` Spark's own JSON parser (JVM) also decodes the envelope into columns
@@ -11,7 +12,8 @@
 * :func:`skeleton` - the shape of the lakestream job without its work: ``foreachBatch`` running
   ``mapInArrow`` over the batch and collecting one row per task, as the job's sink does, but the
   task only counts rows. It prices the Spark plumbing (JVM -> Python worker Arrow transfer).
-* :func:`lakestream` - :func:`ingest.job.run_ingest` into a CDC table.
+* :func:`lakestream` - :func:`ingest.job.run_ingest` into a CDC table, with either
+  ``source.reader``.
 
 Spark pipelines are timed end to end (``query.start()`` to termination: includes starting the
 Python source's planner process, ~1-3 s) and, from the query progress events, inside
@@ -39,6 +41,7 @@ from catalog import Catalog
 from ingest.debezium import DecoderConfig
 from ingest.job import IngestJobConfig, run_ingest
 from ingest.kafka.source import SOURCE_NAME, register
+from ingest.kafka.spark_source import SPARK_KAFKA_FORMAT, SourceReader
 
 _CHUNK = 10_000
 _STALL_S = 60.0
@@ -171,11 +174,25 @@ class ProgressRecorder(StreamingQueryListener):
             return list(self._progress.get(name, []))
 
 
-def source_frame(spark: SparkSession, bootstrap: str, topic: str, max_offsets: int | None) -> Any:
-    register(spark)
+def source_frame(
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    max_offsets: int | None,
+    *,
+    spark_source: bool = False,
+) -> Any:
+    """The topic's Kafka rows from ``lakestream-kafka``, or from Spark's own Kafka source
+    (``read_committed`` as the job's ``source.reader: spark`` sets it)."""
+    if spark_source:
+        reader = spark.readStream.format(SPARK_KAFKA_FORMAT).option(
+            "kafka.isolation.level", "read_committed"
+        )
+    else:
+        register(spark)
+        reader = spark.readStream.format(SOURCE_NAME)
     reader = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("kafka.bootstrap.servers", bootstrap)
+        reader.option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
     )
@@ -212,11 +229,12 @@ def bare_parquet(
     from_json: bool = False,
     embedded_schema: bool = False,
     name: str | None = None,
+    spark_source: bool = False,
 ) -> Measurement:
     """Kafka rows -> Parquet files, no catalog; checks the files hold every event (and, with
-    ``from_json``, that every event was parsed)."""
+    ``from_json``, that every event was parsed). ``spark_source``: Spark's own Kafka source."""
     label = name or ("bare-from-json" if from_json else "bare-parquet")
-    frame = source_frame(spark, bootstrap, topic, max_offsets)
+    frame = source_frame(spark, bootstrap, topic, max_offsets, spark_source=spark_source)
     if from_json:
         ddl = f"STRUCT<{ENVELOPE_FIELDS}>"
         if embedded_schema:  # {"schema": ..., "payload": envelope}; the schema is skipped
@@ -246,6 +264,8 @@ def bare_parquet(
         raise RuntimeError(f"{label}: only {parsed} of {rows} rows were parsed")
     files = len(list(out.glob("*.parquet")))
     title = "bare Spark -> Parquet" + (" (+ from_json)" if from_json else "")
+    if spark_source:
+        title = "bare Spark (format kafka) -> Parquet" + (" (+ from_json)" if from_json else "")
     return Measurement(title, rows, seconds, batches, {"files": files, "cpu": used})
 
 
@@ -310,8 +330,10 @@ def lakestream(
     settings: LakestreamSettings,
     workdir: Path,
     job: str,
+    reader: SourceReader = SourceReader.PYTHON,
 ) -> Measurement:
-    """``run_ingest`` over the topic (AvailableNow); the caller verifies the table."""
+    """``run_ingest`` over the topic (AvailableNow) with ``reader``; the caller verifies the
+    table."""
     config = IngestJobConfig(
         job=job,
         bootstrap_servers=bootstrap,
@@ -322,6 +344,7 @@ def lakestream(
         hash_buckets=settings.hash_buckets,
         max_offsets_per_trigger=max_offsets,
         starting_offsets="earliest",
+        source_reader=reader,
     )
     cpu_before = cpu.snapshot()
     started = time.perf_counter()
@@ -329,9 +352,12 @@ def lakestream(
     seconds = time.perf_counter() - started
     used = cpu.delta(cpu_before, cpu.snapshot())
     batches = recorder.batches(job)
-    # The job's source emits one row per offset range (its tasks read the records), so Spark's
+    # The Python reader emits one row per offset range (its tasks read the records), so Spark's
     # row counts are ranges, not events; the caller checks the table and committed offsets.
     spark_rows = sum(b.rows for b in batches)
     notes = {"batches_committed": run.batches_committed, "job": job, "cpu": used,
              "spark_input_ranges": spark_rows}  # fmt: skip
-    return Measurement("lakestream ingest (run_ingest)", expected, seconds, batches, notes)
+    title = "lakestream ingest (run_ingest)"
+    if reader is not SourceReader.PYTHON:
+        title = f"lakestream ingest (run_ingest, source.reader: {reader.value})"
+    return Measurement(title, expected, seconds, batches, notes)
