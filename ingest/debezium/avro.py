@@ -350,7 +350,7 @@ class CompiledSchema:
         stream = io.BytesIO(body)
         try:
             value = fastavro.schemaless_reader(stream, self.avro, None)
-        except (EOFError, ValueError, IndexError, UnicodeDecodeError, TypeError) as exc:
+        except Exception as exc:  # whatever the reader makes of bytes from a topic: theirs
             raise AvroMessageError(
                 DeadLetterReason.MALFORMED_AVRO,
                 f"cannot read the Avro body under schema {self.schema_id}: {exc!r}",
@@ -366,7 +366,14 @@ class CompiledSchema:
 
     def transcode(self, message: bytes) -> bytes:
         """The message in the JSON converter's form (``{"schema": ..., "payload": ...}``)."""
-        payload = orjson.dumps(self.read(memoryview(message)[_HEADER.size :]))
+        value = self.read(memoryview(message)[_HEADER.size :])
+        try:
+            payload = orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            raise AvroMessageError(
+                DeadLetterReason.MALFORMED_AVRO,
+                f"the record of schema {self.schema_id} has no JSON form: {exc}",
+            ) from None
         return b'{"schema":' + self.connect_json + b',"payload":' + payload + b"}"
 
 

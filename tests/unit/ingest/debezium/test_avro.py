@@ -23,6 +23,8 @@ import fastavro
 import orjson
 import pytest
 from confluent_kafka.schema_registry.common.serde import SchemaId
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ingest.debezium import DeadLetterReason, DecoderConfig, RawRecord, decode_records
 from ingest.debezium.avro import (
@@ -492,3 +494,16 @@ def test_an_unknown_id_is_asked_again_in_the_next_batch_a_schema_is_not() -> Non
     assert second.dead_letters == () and second.table(TABLE).rows.num_rows == 1
     decode([message(3, value)], registry)
     assert registry.asked.count(VALUE_V1) == 2 and registry.asked.count(KEY_ID) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_corrupt_bodies_are_dead_letters_or_rows_never_an_error(data: st.DataObject) -> None:
+    good = bytearray(encode(envelope(COLUMNS), event("c", 10, after=row(1)), VALUE_V1))
+    for _ in range(data.draw(st.integers(1, 6))):
+        good[data.draw(st.integers(5, len(good) - 1))] = data.draw(st.integers(0, 255))
+    corrupt = bytes(good[: data.draw(st.integers(5, len(good)))])
+    decoded = decode([message(0, corrupt)], v1_schemas())
+    rows = sum(t.rows.num_rows for t in decoded.tables)
+    assert rows + len(decoded.dead_letters) == 1
+    assert all(d.value == corrupt for d in decoded.dead_letters)
