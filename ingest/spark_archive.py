@@ -15,6 +15,11 @@ pyspark and classpath: the file is named after them, so an upgrade simply finds 
 A truncated archive crashes the JVM as it maps it (SIGBUS, measured), so it is written under a
 temporary name, checked, and renamed into place; its size is kept beside it and compared before
 every use. A JVM that still refuses it starts without it (:func:`refused`).
+
+Where the archive lives, which ``java`` and Spark it is for, and whether it is used at all come
+in a :class:`~ingest.spark_host.SparkHost` (the commands read ``LAKESTREAM_CACHE_DIR``,
+``LAKESTREAM_SPARK_ARCHIVE=off``, ``JAVA_HOME``, ``PATH`` and ``SPARK_HOME``: see
+:mod:`jobs.spark_env`).
 """
 
 from __future__ import annotations
@@ -26,17 +31,15 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from catalog.logs import get_logger
 from ingest.errors import IngestError
+from ingest.spark_host import SparkHost
 
 log = get_logger("lakestream.ingest")
 
-#: ``off`` disables the archive; anything else (or unset) uses one when it is there.
-SWITCH_ENV = "LAKESTREAM_SPARK_ARCHIVE"
-CACHE_ENV = "LAKESTREAM_CACHE_DIR"
 #: Where the archive's options go: Spark puts them before the user's ``extraJavaOptions``,
 #: which so stay whatever they are (from the job's settings or ``spark-defaults.conf``).
 JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
@@ -74,28 +77,21 @@ class Archive:
             return False
 
 
-def cache_dir() -> Path:
-    """``$LAKESTREAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/lakestream``, else ``~/.cache``'s."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lakestream"
-
-
-def archive_for(conf: Mapping[str, str]) -> Archive | None:
-    """The archive that fits a driver started with ``conf``; None where none can (no ``java``
-    on PATH, pyspark without its jars)."""
-    fingerprint = _fingerprint(conf)
+def archive_for(conf: Mapping[str, str], host: SparkHost) -> Archive | None:
+    """The archive that fits a driver started with ``conf`` on ``host``; None where none can
+    (no ``java`` on its path, pyspark without its jars)."""
+    fingerprint = _fingerprint(conf, host)
     if fingerprint is None:
         return None
-    return Archive(cache_dir() / f"spark-driver-{fingerprint}.jsa")
+    return Archive(host.cache_dir / f"spark-driver-{fingerprint}.jsa")
 
 
-def _fingerprint(conf: Mapping[str, str], spark_home: Path | None = None) -> str | None:
+def _fingerprint(
+    conf: Mapping[str, str], host: SparkHost, spark_home: Path | None = None
+) -> str | None:
     """What an archive depends on: the Java binary, pyspark's jars, the classpath settings."""
-    java = _java()
-    jars = _spark_jars(spark_home or _spark_home())
+    java = _java(host)
+    jars = _spark_jars(spark_home or _spark_home(host))
     if java is None or jars is None:
         return None
     digest = hashlib.sha256()
@@ -113,10 +109,9 @@ def _fingerprint(conf: Mapping[str, str], spark_home: Path | None = None) -> str
     return digest.hexdigest()[:16]
 
 
-def _java() -> str | None:
+def _java(host: SparkHost) -> str | None:
     """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin``'s first, then PATH's."""
-    home = os.environ.get("JAVA_HOME")
-    path = os.environ.get("PATH", os.defpath)
+    home, path = host.java_home, host.path
     return shutil.which(
         "java", path=os.pathsep.join([str(Path(home) / "bin"), path]) if home else path
     )
@@ -127,25 +122,24 @@ def _spark_jars(spark_home: Path) -> Path | None:
     return jars if jars.is_dir() else None
 
 
-def _spark_home() -> Path:
+def _spark_home(host: SparkHost) -> Path:
     """``$SPARK_HOME``, else pyspark's own directory (as Spark's launcher finds it)."""
-    home = os.environ.get("SPARK_HOME")
-    if home:
-        return Path(home)
+    if host.spark_home:
+        return Path(host.spark_home)
     import pyspark
 
     return Path(pyspark.__file__).parent
 
 
-def driver_options(conf: Mapping[str, str]) -> dict[str, str]:
-    """``conf``'s driver options with the archive added, when one fits and is whole; else
-    nothing (the driver starts as before: only slower)."""
-    if os.environ.get(SWITCH_ENV, "").lower() == "off":
+def driver_options(conf: Mapping[str, str], host: SparkHost) -> dict[str, str]:
+    """``conf``'s driver options with the archive added, when ``host`` uses one and one fits and
+    is whole; else nothing (the driver starts as before: only slower)."""
+    if not host.archive:
         return {}
     own = conf.get(JAVA_OPTIONS, "")
     if any(flag in f"{own} {conf.get(_USER_OPTIONS, '')}" for flag in _USERS_OWN):
         return {}
-    archive = archive_for(conf)
+    archive = archive_for(conf, host)
     if archive is None or not archive.is_whole():
         log.info(
             "spark_class_archive_missing",
@@ -169,10 +163,10 @@ def _crash_reports(archive: Archive) -> Path:
     return archive.path.parent / "hs_err_pid%p.log"
 
 
-def refused(conf: Mapping[str, str]) -> None:
+def refused(conf: Mapping[str, str], host: SparkHost) -> None:
     """Set aside the archive a JVM would not start with (renamed ``.refused``), so the next
     start neither tries it again nor loses the evidence."""
-    archive = archive_for(conf)
+    archive = archive_for(conf, host)
     if archive is None:
         return
     try:
@@ -187,33 +181,33 @@ def refused(conf: Mapping[str, str]) -> None:
     )
 
 
-def build(*, force: bool = False, timeout: float = 600.0) -> Path:
-    """Write the archive for this machine's default driver (no extra jars), unless a whole one
-    is there already; returns its path.
+def build(host: SparkHost, *, force: bool = False, timeout: float = 600.0) -> Path:
+    """Write the archive for ``host``'s default driver (no extra jars), unless a whole one is
+    there already; returns its path.
 
     Raises:
         ArchiveError: no ``java`` or Spark jars, or the child's JVM wrote no whole archive.
     """
-    archive = archive_for({})
+    archive = archive_for({}, host)
     if archive is None:
-        raise ArchiveError(_why_none())
+        raise ArchiveError(_why_none(host))
     if archive.is_whole() and not force:
         return archive.path
     archive.path.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.path.with_name(f"{archive.path.name}.{os.getpid()}.partial")
     try:
-        _dump(partial, timeout)
+        _dump(partial, timeout, host)
         size = partial.stat().st_size
         partial.replace(archive.path)
-        home = str(_spark_home().resolve())
+        home = str(_spark_home(host).resolve())
         archive.size_file.write_text(json.dumps({"size": size, "spark_home": home}))
     finally:
         partial.unlink(missing_ok=True)
-    _remove_stale(archive.path.parent)
+    _remove_stale(archive.path.parent, host)
     return archive.path
 
 
-def _remove_stale(cache: Path) -> None:
+def _remove_stale(cache: Path, host: SparkHost) -> None:
     """Delete the archives no driver can use any more: their Spark installation is gone, or was
     installed again or upgraded, or Java changed (any of which changes the name an archive is
     looked up by). Each is ~170 MB, and every new venv or reinstall writes one.
@@ -226,7 +220,7 @@ def _remove_stale(cache: Path) -> None:
         except (OSError, ValueError, AttributeError):
             continue  # being written, or not ours to judge
         name = size_file.stem.removeprefix("spark-driver-")
-        if isinstance(home, str) and _fingerprint({}, Path(home)) == name:
+        if isinstance(home, str) and _fingerprint({}, host, Path(home)) == name:
             continue
         for stale in (size_file.with_suffix(".jsa"), size_file.with_suffix(".refused")):
             stale.unlink(missing_ok=True)
@@ -234,22 +228,22 @@ def _remove_stale(cache: Path) -> None:
         log.info("spark_class_archive_removed", archive=str(size_file.with_suffix(".jsa")))
 
 
-def _why_none() -> str:
-    if _java() is None:
+def _why_none(host: SparkHost) -> str:
+    if _java(host) is None:
         return "no 'java' in $JAVA_HOME/bin or on PATH; install a Java 17 runtime or set JAVA_HOME"
-    return f"no Spark jars in {_spark_home()}/jars; reinstall pyspark or set SPARK_HOME"
+    return f"no Spark jars in {_spark_home(host)}/jars; reinstall pyspark or set SPARK_HOME"
 
 
-def _dump(partial: Path, timeout: float) -> None:
-    """Run :mod:`ingest.spark_archive_workload` in a child whose JVM dumps to ``partial``."""
-    env = {**os.environ, SWITCH_ENV: "off"}
+def _dump(partial: Path, timeout: float, host: SparkHost) -> None:
+    """Run :mod:`ingest.spark_archive_workload` in a child whose JVM dumps to ``partial``; it
+    starts Spark on ``host``, without an archive (it is writing one)."""
+    workload = replace(host, archive=False).to_json()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "ingest.spark_archive_workload", str(partial)],
+            [sys.executable, "-m", "ingest.spark_archive_workload", str(partial), workload],
             capture_output=True,
             timeout=timeout,
             check=False,
-            env=env,
         )
     except subprocess.TimeoutExpired:
         raise ArchiveError(f"the archive's Spark run took longer than {timeout:.0f} s") from None

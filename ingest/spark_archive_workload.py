@@ -1,9 +1,11 @@
 """The run whose JVM writes the driver's class archive (:mod:`ingest.spark_archive`).
 
-Run as ``python -m ingest.spark_archive_workload PATH``: it starts a local session whose JVM dumps
-every class it loaded to PATH at exit, and makes it load what an ingest job's driver loads - a
-streaming query from a Python data source into ``foreachBatch``, with tasks in ``mapInArrow`` -
-then stops the JVM and waits for it (the dump happens as it exits).
+Run as ``python -m ingest.spark_archive_workload PATH HOST`` (``HOST``: the
+:class:`~ingest.spark_host.SparkHost` as JSON, from :func:`ingest.spark_archive.build`): it
+starts a local session whose JVM dumps every class it loaded to PATH at exit, and makes it load
+what an ingest job's driver loads - a streaming query from a Python data source into
+``foreachBatch``, with tasks in ``mapInArrow`` - then stops the JVM and waits for it (the dump
+happens as it exits).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from ingest.spark_host import SparkHost
 from ingest.spark_session import local_spark
 
 _BATCHES = 2
@@ -80,10 +83,11 @@ def run(spark: SparkSession, checkpoint: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    (target,) = argv
+    target, host = argv
     spark = local_spark(
         "lakestream-spark-archive",
         {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={target}"},
+        host=SparkHost.from_json(host),
     )
     with tempfile.TemporaryDirectory(prefix="lakestream-archive-") as home:
         run(spark, Path(home) / "checkpoint")

@@ -27,23 +27,23 @@ import sys
 from pathlib import Path
 
 from catalog.logs import get_logger
-from ingest.spark_archive import cache_dir
+from ingest.spark_host import SparkHost
 
 __all__ = ["launcher_script", "worker_python"]
 
 log = get_logger("lakestream.ingest")
 
 
-def worker_python(*, local: bool) -> str:
-    """What ``PYSPARK_PYTHON`` should be: the launcher (see the module docstring) where it
-    applies, else this interpreter."""
+def worker_python(*, local: bool, host: SparkHost) -> str:
+    """What ``PYSPARK_PYTHON`` should be: the launcher (see the module docstring, written to
+    ``host``'s cache directory) where it applies, else this interpreter."""
     if not local:
         return sys.executable
-    zips = _installed_zips()
+    zips = _installed_zips(host.spark_home)
     if not zips:
         return sys.executable
     try:
-        return str(_written(launcher_script(sys.executable, zips)))
+        return str(_written(launcher_script(sys.executable, zips), host.cache_dir))
     except OSError as exc:  # a read-only cache: slower starts, nothing else
         log.info("spark_python_launcher_not_written", error=str(exc))
         return sys.executable
@@ -73,14 +73,13 @@ exec {shlex.quote(python)} "$@"
 """
 
 
-def _installed_zips() -> list[str]:
+def _installed_zips(spark_home: str | None) -> list[str]:
     """Spark's zips that hold a package this interpreter imports from outside a zip, when
-    Spark is this pyspark (``SPARK_HOME`` unset or its directory)."""
+    Spark is this pyspark (``spark_home`` unset or its directory)."""
     pyspark = importlib.util.find_spec("pyspark")
     if pyspark is None or pyspark.origin is None or not Path(pyspark.origin).is_file():
         return []
     home = Path(pyspark.origin).parent
-    spark_home = os.environ.get("SPARK_HOME")
     if spark_home and Path(spark_home).resolve() != home.resolve():
         return []
     lib = home / "python" / "lib"
@@ -91,11 +90,11 @@ def _installed_zips() -> list[str]:
     return [str(path) for path in found]
 
 
-def _written(script: str) -> Path:
+def _written(script: str, cache: Path) -> Path:
     """The launcher with this content in the cache directory (named by its content, written
     under a temporary name and renamed: processes starting together never run half a file)."""
     digest = hashlib.sha256(script.encode()).hexdigest()[:16]
-    path = cache_dir() / f"spark-python-{digest}.sh"
+    path = cache / f"spark-python-{digest}.sh"
     if path.is_file() and os.access(path, os.X_OK):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

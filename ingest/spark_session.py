@@ -20,6 +20,12 @@ Local mode needs a few things set before the JVM starts, each learned the hard w
   stop the query between batches. Out of the group, the JVM still dies with the driver: Spark's
   gateway exits when its stdin - a pipe from the driver - closes, however the driver ended
   (even ``kill -9``). It ignores SIGINT as before, so Ctrl-C is the driver's to handle.
+
+What of the machine these depend on (the ``PYTHONPATH`` to pass on, the cache directory, the
+Spark installation) comes in a :class:`~ingest.spark_host.SparkHost`: this module reads no
+environment variable. It still sets four (:func:`process_environment`) for the JVM it starts,
+because pyspark takes them from ``os.environ`` and nowhere else: its gateway launcher copies the
+process's environment into the JVM's, and ``SparkContext`` reads ``PYSPARK_PYTHON`` there.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from ingest.spark_archive import driver_options, refused
+from ingest.spark_host import SparkHost
 from ingest.spark_python import worker_python
 
 _LOCAL_CONF = {
@@ -53,21 +60,26 @@ _SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def local_spark(
-    app_name: str, extra_conf: dict[str, str] | None = None, jars: Sequence[Path] = ()
+    app_name: str,
+    extra_conf: dict[str, str] | None = None,
+    jars: Sequence[Path] = (),
+    *,
+    host: SparkHost,
 ) -> SparkSession:
-    """Get (or create) the process's local session; ``extra_conf`` overrides the defaults.
+    """Get (or create) the process's local session on ``host`` (a command's is
+    :func:`jobs.spark_env.spark_host`); ``extra_conf`` overrides the defaults.
 
     ``jars`` go on the classpath as ``spark.jars`` (Spark's Kafka source for ``source.reader:
     spark``: :func:`ingest.kafka.spark_source.ensure_connector_jars`). Settings that only a new
     JVM can take (memory, master, jars) apply only if no session exists yet.
     """
-    conf = session_conf(app_name, extra_conf or {}, _source_path())
+    conf = session_conf(app_name, extra_conf or {}, _source_path(host.pythonpath))
     if jars:  # after any spark.jars of extra_conf
         conf["spark.jars"] = ",".join([*conf.get("spark.jars", "").split(","), *map(str, jars)])
         conf["spark.jars"] = conf["spark.jars"].strip(",")
-    _prepare_environment(conf["spark.executorEnv.PYTHONPATH"], loopback=is_local(conf))
+    os.environ.update(process_environment(conf, host))  # read by pyspark (see the module doc)
     if SparkContext._gateway is None:  # no JVM yet (a stopped context keeps its JVM)
-        _start_context(conf)
+        _start_context(conf, host)
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -76,11 +88,11 @@ def local_spark(
     return spark
 
 
-def _start_context(conf: dict[str, str]) -> SparkContext:
+def _start_context(conf: dict[str, str], host: SparkHost) -> SparkContext:
     """A SparkContext whose JVM is started in a new session (see the module doc), from the
     class archive of :mod:`ingest.spark_archive` when there is one; a JVM that refuses the
     archive is started again without it."""
-    archive = driver_options(conf)
+    archive = driver_options(conf, host)
     spark_conf = SparkConf(loadDefaults=False).setAll([*conf.items(), *archive.items()])
     try:
         gateway = _launch(spark_conf)
@@ -89,7 +101,7 @@ def _start_context(conf: dict[str, str]) -> SparkContext:
             raise
         spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
         gateway = _launch(spark_conf)  # raises what is wrong when it was not the archive
-        refused(conf)
+        refused(conf, host)
     return SparkContext(conf=spark_conf, gateway=gateway)
 
 
@@ -111,15 +123,20 @@ def is_local(conf: dict[str, str]) -> bool:
     return conf.get("spark.master", _LOCAL_CONF["spark.master"]).startswith("local")
 
 
-def _source_path() -> str:
-    """``PYTHONPATH`` with this project's root first (it may be used from a checkout)."""
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+def _source_path(pythonpath: str) -> str:
+    """``pythonpath`` with this project's root first (it may be used from a checkout)."""
+    paths = [p for p in pythonpath.split(os.pathsep) if p]
     return os.pathsep.join(paths if _SOURCE_ROOT in paths else [_SOURCE_ROOT, *paths])
 
 
-def _prepare_environment(pythonpath: str, *, loopback: bool) -> None:
-    os.environ["PYSPARK_PYTHON"] = worker_python(local=loopback)
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = pythonpath
+def process_environment(conf: dict[str, str], host: SparkHost) -> dict[str, str]:
+    """The variables the driver's process needs before pyspark starts a JVM for ``conf``."""
+    loopback = is_local(conf)
+    env = {
+        "PYSPARK_PYTHON": worker_python(local=loopback, host=host),
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": conf["spark.executorEnv.PYTHONPATH"],
+    }
     if loopback:
-        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return env

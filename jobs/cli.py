@@ -718,11 +718,13 @@ def spark_archive(
     """Build the Spark driver's class archive: every job's Spark then starts ~2x faster. Once
     per machine, Java and pyspark (about a minute); dev/setup and the Docker image run it."""
     from ingest.spark_archive import archive_for, build
+    from jobs.spark_env import spark_host
 
-    archive = archive_for({})
+    host = spark_host()
+    archive = archive_for({}, host)
     if archive is not None and (force or not archive.is_whole()):
         typer.echo("building the Spark driver's class archive (about a minute, once)", err=True)
-    path = build(force=force)
+    path = build(host, force=force)
     typer.echo(f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
 
 

@@ -91,8 +91,9 @@ class ExecutorCatalog:
 def spark_session(master: str, app_name: str = "lakestream-compact") -> SparkSession:
     """The session the command runs on: ``local[N]`` here, or a cluster's master URL."""
     from ingest.spark_session import local_spark
+    from jobs.spark_env import spark_host
 
-    return local_spark(app_name, {"spark.master": master})
+    return local_spark(app_name, {"spark.master": master}, host=spark_host())
 
 
 def spark_engine(

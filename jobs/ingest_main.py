@@ -194,10 +194,12 @@ def _spark_session(settings: IngestSettings) -> Any:
         return builder.getOrCreate()
     from ingest.kafka.spark_source import SourceReader, ensure_connector_jars
     from ingest.spark_session import local_spark
+    from jobs.spark_env import spark_host
 
     jars = ensure_connector_jars() if settings.source.reader is SourceReader.SPARK else []
     return local_spark(
         f"lakestream-{settings.job}",
         {"spark.master": settings.spark.master, **settings.spark.conf},
         jars=jars,
+        host=spark_host(),
     )

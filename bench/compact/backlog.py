@@ -104,8 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def warm(cat: Catalog, dsn: str, warehouse: str) -> float:
     from ingest.spark_session import local_spark
+    from jobs.spark_env import spark_host
 
-    spark = local_spark("bench-compact-backlog")
+    spark = local_spark("bench-compact-backlog", host=spark_host())
     spark.sparkContext.parallelize([1, 2], 2).count()  # the first job's start-up cost, untimed
     try:
         target = ExecutorCatalog(dsn, warehouse, DEFAULT_SCHEMA, log_level="WARNING")

@@ -40,6 +40,7 @@ from catalog import Catalog
 from catalog.logs import EVENT_ATTRIBUTE, ROOT_LOGGER, structured_handler
 from ingest.kafka.apache_kafka import ApacheKafka, create_topic
 from ingest.spark_session import local_spark
+from jobs.spark_env import spark_host
 
 _DEAD_LETTERS = "bench.dead_letters"
 _WARM_TOPIC = "dbserver1.public.warmup"
@@ -175,7 +176,7 @@ def _run(
                     "warmup_events": args.warmup_events,
                 },
             )
-            spark = local_spark("lakestream-bench-ingest")
+            spark = local_spark("lakestream-bench-ingest", host=spark_host())
             bench = _Bench(args, skip, workdir, spark=spark, catalog=catalog, bootstrap=bootstrap)
             bench.warm_up(warm.events)
             for round_no in range(args.repeat):

@@ -59,6 +59,7 @@ from ingest.sink.held import held_table_name
 from ingest.spark_session import local_spark
 from ingest.transactions import TransactionMode
 from jobs.localpg import LocalPostgres
+from jobs.spark_env import spark_host
 
 TABLES = 3
 PARTITIONS = 2
@@ -288,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds = produce(bootstrap, w)
             progress(f"{w.prefix}: {w.base.events:,} events in {w.transactions:,} transactions "
                      f"produced in {seconds:.1f}s")  # fmt: skip
-        spark = local_spark("lakestream-bench-txn")
+        spark = local_spark("lakestream-bench-txn", host=spark_host())
         common = {"bootstrap": bootstrap, "workdir": workdir, "max_offsets": args.max_offsets,
                   "buckets": args.buckets}  # fmt: skip
         for mode in modes:  # warm-up, not measured

@@ -28,6 +28,7 @@ import pyspark
 
 from bench.common import environment, load_average, progress
 from ingest.spark_python import worker_python
+from jobs.spark_env import spark_host
 
 IMPORTS = "import pyspark.sql.streaming.python_streaming_source_runner, ingest.kafka.source"
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=10)
     args = parser.parse_args(argv)
     env = environment("bench.spark_start.python_start", argv or sys.argv[1:], "not used")
-    launcher = worker_python(local=True)
+    launcher = worker_python(local=True, host=spark_host())
     if launcher == sys.executable:
         progress("no launcher applies here (see ingest/spark_python.py): nothing to compare")
         return 1

@@ -23,11 +23,13 @@ import pyspark
 
 from bench.common import environment, load_average, progress
 from bench.machine import java_version
-from ingest.spark_archive import SWITCH_ENV, build
+from ingest.spark_archive import build
+from jobs.spark_env import SWITCH_ENV, spark_host
 
 DRIVER = """
 from ingest.spark_session import local_spark
-spark = local_spark("bench-spark-start")
+from jobs.spark_env import spark_host
+spark = local_spark("bench-spark-start", host=spark_host())
 assert spark.range(1000).selectExpr("sum(id)").collect()[0][0] == 499500
 """
 
@@ -44,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5)
     args = parser.parse_args(argv)
     env = environment("bench.spark_start.run", argv or sys.argv[1:], "not used")
-    progress(f"archive: {build()}")
+    progress(f"archive: {build(spark_host())}")
     times: dict[bool, list[float]] = {True: [], False: []}
     for pair in range(args.pairs):
         order = (False, True) if pair % 2 == 0 else (True, False)

@@ -12,14 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.spark_archive import (
-    CACHE_ENV,
-    JAVA_OPTIONS,
-    SWITCH_ENV,
-    archive_for,
-    build,
-    driver_options,
-)
+from ingest.spark_archive import JAVA_OPTIONS, archive_for, build, driver_options
+from jobs.spark_env import CACHE_ENV, SWITCH_ENV, spark_host
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,9 +22,11 @@ DRIVER = """
 import sys
 from ingest.spark_session import local_spark
 from jobs.logs import configure_logging
+from jobs.spark_env import spark_host
 configure_logging("INFO", json=True)
 spark = local_spark("archive-test", {
-    "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}"})
+    "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}"},
+    host=spark_host())
 print("sum", spark.range(10).selectExpr("sum(id)").collect()[0][0])
 """
 FROM_ARCHIVE = "source: shared objects file (top)"
@@ -52,12 +48,14 @@ def start_driver(home: Path, class_log: Path) -> subprocess.CompletedProcess[str
 def test_a_built_archive_feeds_the_driver_and_a_broken_one_is_set_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    # the drivers below are commands of their own: they read the cache directory from theirs
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(SWITCH_ENV, raising=False)
-    path = build()
-    archive = archive_for({})
+    host = spark_host()
+    path = build(host)
+    archive = archive_for({}, host)
     assert archive is not None and archive.path == path and archive.is_whole()
-    assert build() == path  # a whole one is kept, not built again
+    assert build(host) == path  # a whole one is kept, not built again
     assert list(path.parent.glob("*.partial")) == []
 
     used = start_driver(tmp_path, tmp_path / "classes.log")
@@ -68,7 +66,7 @@ def test_a_built_archive_feeds_the_driver_and_a_broken_one_is_set_aside(
 
     # a JVM that will not use it (here: another classpath) says so on stderr, never on the
     # stdout that the driver's JVM shares with a command's --json report
-    options = driver_options({})[JAVA_OPTIONS].split()
+    options = driver_options({}, host)[JAVA_OPTIONS].split()
     java = shutil.which("java") or "java"
     other = subprocess.run(
         [java, *options, "-cp", str(tmp_path), "-version"],

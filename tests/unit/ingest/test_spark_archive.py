@@ -1,8 +1,12 @@
 """When a driver gets the class archive: only a whole one, built for its classpath, and never
-against the user's own class-sharing options or ``LAKESTREAM_SPARK_ARCHIVE=off``."""
+against the user's own class-sharing options or ``LAKESTREAM_SPARK_ARCHIVE=off``.
+
+The machine is a :class:`SparkHost` each test states (cache directory, Spark installation);
+only the command of ``test_the_command_without_java_fails_in_one_line`` reads an environment."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,27 +18,25 @@ from pathlib import Path
 import pytest
 
 from ingest import spark_archive
-from ingest.spark_archive import (
-    CACHE_ENV,
-    JAVA_OPTIONS,
-    SWITCH_ENV,
-    Archive,
-    archive_for,
-    build,
-    driver_options,
-)
+from ingest.spark_archive import JAVA_OPTIONS, Archive, archive_for, build, driver_options
+from ingest.spark_host import SparkHost
+from jobs.spark_env import CACHE_ENV, spark_host
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    monkeypatch.delenv(SWITCH_ENV, raising=False)
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def whole(conf: dict[str, str]) -> Archive:
+@pytest.fixture
+def host(cache: Path) -> SparkHost:
+    """This machine's java and pyspark, a cache of the test's own."""
+    return dataclasses.replace(spark_host(), cache_dir=cache, spark_home=None, archive=True)
+
+
+def whole(conf: dict[str, str], host: SparkHost) -> Archive:
     """A stand-in archive where ``conf``'s would be, with its size recorded as a build does."""
-    archive = archive_for(conf)
+    archive = archive_for(conf, host)
     assert archive is not None, "the tests need java and pyspark's jars"
     archive.path.write_bytes(b"x" * 100)
     archive.size_file.write_text(json.dumps({"size": 100}))
@@ -42,67 +44,66 @@ def whole(conf: dict[str, str]) -> Archive:
 
 
 def test_no_archive_leaves_the_driver_as_it_was(
-    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    host: SparkHost, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """...and says how to build one, through the commands' logging: never on stdout, where a
     command's --json output goes."""
     with caplog.at_level(logging.INFO, logger="lakestream"):
-        assert driver_options({"spark.master": "local[2]"}) == {}
+        assert driver_options({"spark.master": "local[2]"}, host) == {}
     assert [r.getMessage().split()[0] for r in caplog.records] == ["spark_class_archive_missing"]
     assert capsys.readouterr().out == ""
 
 
-def test_a_whole_archive_goes_before_the_users_own_default_options() -> None:
-    archive = whole({})
-    options = driver_options({JAVA_OPTIONS: "-Dadmin=1"})[JAVA_OPTIONS]
+def test_a_whole_archive_goes_before_the_users_own_default_options(host: SparkHost) -> None:
+    archive = whole({}, host)
+    options = driver_options({JAVA_OPTIONS: "-Dadmin=1"}, host)[JAVA_OPTIONS]
     assert options.startswith(f"-XX:SharedArchiveFile={archive.path} -Xshare:auto ")
     assert options.endswith(" -Dadmin=1")
     # a JVM that crashes on the archive reports beside it, not in the user's working directory
     assert f" -XX:ErrorFile={archive.path.parent}/hs_err_pid%p.log " in options
 
 
-def test_the_users_extra_options_are_not_touched() -> None:
-    whole({})
-    options = driver_options({"spark.driver.extraJavaOptions": "-Xmx2g"})
+def test_the_users_extra_options_are_not_touched(host: SparkHost) -> None:
+    whole({}, host)
+    options = driver_options({"spark.driver.extraJavaOptions": "-Xmx2g"}, host)
     assert set(options) == {JAVA_OPTIONS}
 
 
-def test_a_truncated_archive_is_never_given_to_the_jvm() -> None:
+def test_a_truncated_archive_is_never_given_to_the_jvm(host: SparkHost) -> None:
     """A short file crashes the JVM as it maps it (SIGBUS): the recorded size must match."""
-    archive = whole({})
+    archive = whole({}, host)
     archive.path.write_bytes(b"x" * 60)
     assert not archive.is_whole()
-    assert driver_options({}) == {}
+    assert driver_options({}, host) == {}
 
 
-def test_an_archive_without_its_recorded_size_is_not_used() -> None:
-    archive = whole({})
+def test_an_archive_without_its_recorded_size_is_not_used(host: SparkHost) -> None:
+    archive = whole({}, host)
     archive.size_file.unlink()
-    assert driver_options({}) == {}
+    assert driver_options({}, host) == {}
     archive.size_file.write_text("not json")
-    assert driver_options({}) == {}
+    assert driver_options({}, host) == {}
 
 
-def test_extra_jars_need_an_archive_of_their_own() -> None:
-    whole({})
+def test_extra_jars_need_an_archive_of_their_own(host: SparkHost) -> None:
+    whole({}, host)
     with_jars = {"spark.jars": "/opt/extra.jar"}
-    assert archive_for(with_jars) != archive_for({})
-    assert driver_options(with_jars) == {}
+    assert archive_for(with_jars, host) != archive_for({}, host)
+    assert driver_options(with_jars, host) == {}
 
 
 @pytest.mark.parametrize(
     "option", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x"]
 )
 @pytest.mark.parametrize("key", [JAVA_OPTIONS, "spark.driver.extraJavaOptions"])
-def test_the_users_own_class_sharing_wins(key: str, option: str) -> None:
-    whole({})
-    assert driver_options({key: option}) == {}
+def test_the_users_own_class_sharing_wins(host: SparkHost, key: str, option: str) -> None:
+    whole({}, host)
+    assert driver_options({key: option}, host) == {}
 
 
-def test_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    whole({})
-    monkeypatch.setenv(SWITCH_ENV, "off")
-    assert driver_options({}) == {}
+def test_switched_off(host: SparkHost) -> None:
+    whole({}, host)
+    assert driver_options({}, dataclasses.replace(host, archive=False)) == {}
 
 
 def test_the_command_without_java_fails_in_one_line(tmp_path: Path) -> None:
@@ -120,9 +121,7 @@ def test_the_command_without_java_fails_in_one_line(tmp_path: Path) -> None:
     ]
 
 
-def test_each_spark_installation_has_its_own_archive(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_each_spark_installation_has_its_own_archive(tmp_path: Path, host: SparkHost) -> None:
     """The JVM compares the classpath's paths with the archive's: two venvs with the same
     pyspark must not share one."""
     paths = []
@@ -130,16 +129,13 @@ def test_each_spark_installation_has_its_own_archive(
         jars = tmp_path / venv / "jars"
         jars.mkdir(parents=True)
         (jars / "spark-core.jar").write_bytes(b"same")
-        monkeypatch.setenv("SPARK_HOME", str(tmp_path / venv))
-        archive = archive_for({})
+        archive = archive_for({}, dataclasses.replace(host, spark_home=str(tmp_path / venv)))
         assert archive is not None
         paths.append(archive.path)
     assert paths[0] != paths[1]
 
 
-def test_a_reinstalled_spark_gets_a_new_archive(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_reinstalled_spark_gets_a_new_archive(tmp_path: Path, host: SparkHost) -> None:
     """The JVM also compares each jar's modification time, and refuses the whole archive when
     one differs (measured: a venv made again at the same path, same pyspark, jars written anew,
     was refused with "A jar file is not the one used while building the shared archive file"
@@ -147,20 +143,22 @@ def test_a_reinstalled_spark_gets_a_new_archive(
     jar = tmp_path / "jars" / "spark-core.jar"
     jar.parent.mkdir()
     jar.write_bytes(b"same")
-    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
-    before = archive_for({})
+    host = dataclasses.replace(host, spark_home=str(tmp_path))
+    before = archive_for({}, host)
     os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
-    after = archive_for({})
+    after = archive_for({}, host)
     assert before is not None and after is not None
     assert before.path != after.path
 
 
 def test_a_build_removes_the_archives_no_driver_can_use(
-    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cache: Path, host: SparkHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every new venv and every reinstall writes an archive of ~170 MB: the next build deletes
     those whose Spark installation is gone or changed, and keeps other live installations'."""
-    monkeypatch.setattr(spark_archive, "_dump", lambda partial, timeout: partial.write_bytes(b"x"))
+    monkeypatch.setattr(
+        spark_archive, "_dump", lambda partial, timeout, host: partial.write_bytes(b"x")
+    )
 
     def install(name: str) -> Path:
         jar = tmp_path / "homes" / name / "jars" / "spark-core.jar"
@@ -169,8 +167,7 @@ def test_a_build_removes_the_archives_no_driver_can_use(
         return jar
 
     def build_for(name: str) -> Path:
-        monkeypatch.setenv("SPARK_HOME", str(tmp_path / "homes" / name))
-        return build()
+        return build(dataclasses.replace(host, spark_home=str(tmp_path / "homes" / name)))
 
     install("removed")
     build_for("removed")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.spark_archive import CACHE_ENV
+from ingest.spark_host import SparkHost
 from ingest.spark_python import launcher_script, worker_python
 
 _SHOW = "import json, os, sys; print(json.dumps([os.environ.get('PYTHONPATH'), sys.argv[1:]]))"
@@ -59,42 +59,32 @@ def test_the_launcher_runs_the_interpreter_with_its_arguments_as_given(script: P
     assert _launch(script, "/x", "two words", "*", "$HOME") == ("/x", ["two words", "*", "$HOME"])
 
 
-def test_a_cluster_runs_its_own_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_cluster_runs_its_own_python(tmp_path: Path) -> None:
     """Executors on other hosts never see this machine's cache directory."""
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    assert worker_python(local=False) == sys.executable
+    assert worker_python(local=False, host=SparkHost(cache_dir=tmp_path)) == sys.executable
     assert not list(tmp_path.iterdir())
 
 
-def test_another_spark_home_keeps_its_own_zip(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_another_spark_home_keeps_its_own_zip(tmp_path: Path) -> None:
     """The zip of another Spark belongs with that Spark's JVM, not with this pyspark."""
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
-    assert worker_python(local=True) == sys.executable
+    host = SparkHost(cache_dir=tmp_path / "cache", spark_home=str(tmp_path))
+    assert worker_python(local=True, host=host) == sys.executable
 
 
-def test_local_spark_runs_the_launcher_for_pips_pyspark(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_local_spark_runs_the_launcher_for_pips_pyspark(tmp_path: Path) -> None:
     import pyspark
 
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    monkeypatch.delenv("SPARK_HOME", raising=False)
-    python = worker_python(local=True)
+    host = SparkHost(cache_dir=tmp_path)
+    python = worker_python(local=True, host=host)
     assert Path(python).parent == tmp_path and os.access(python, os.X_OK)
-    assert worker_python(local=True) == python  # written once, found again
+    assert worker_python(local=True, host=host) == python  # written once, found again
     zip_path = str(Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip")
     assert _launch(Path(python), f"{zip_path}:/app") == ("/app", [])
 
 
-def test_a_cache_it_cannot_write_leaves_the_interpreter_as_it_is(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_a_cache_it_cannot_write_leaves_the_interpreter_as_it_is(tmp_path: Path) -> None:
     """A read-only cache directory costs slower worker starts, never the job."""
     blocked = tmp_path / "file"
     blocked.write_text("")
-    monkeypatch.setenv(CACHE_ENV, str(blocked / "cache"))  # below a file: cannot be made
-    monkeypatch.delenv("SPARK_HOME", raising=False)
-    assert worker_python(local=True) == sys.executable
+    host = SparkHost(cache_dir=blocked / "cache")  # below a file: cannot be made
+    assert worker_python(local=True, host=host) == sys.executable

@@ -3,9 +3,13 @@ driver's code path handed to executors that start from a worker's environment.""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from ingest.spark_session import session_conf
+from ingest.spark_host import SparkHost
+from ingest.spark_session import process_environment, session_conf
 
 
 def test_a_local_master_binds_the_driver_to_loopback() -> None:
@@ -33,3 +37,17 @@ def test_the_settings_win_over_the_defaults() -> None:
     assert conf["spark.driver.host"] == "10.0.0.5"
     assert conf["spark.ui.enabled"] == "true"
     assert conf["spark.app.name"] == "app"
+
+
+def test_the_process_environment_comes_from_the_host_and_the_settings(tmp_path: Path) -> None:
+    """What pyspark reads from ``os.environ`` is computed from explicit values, none read."""
+    host = SparkHost(cache_dir=tmp_path, spark_home=str(tmp_path))  # another Spark: no launcher
+    local = process_environment(session_conf("app", {}, "/src:/lib"), host)
+    assert local == {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": "/src:/lib",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    cluster = process_environment(session_conf("app", {"spark.master": "yarn"}, "/src"), host)
+    assert "SPARK_LOCAL_IP" not in cluster and cluster["PYTHONPATH"] == "/src"
