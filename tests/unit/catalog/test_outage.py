@@ -15,25 +15,10 @@ from catalog import (
     UnavailableKind,
 )
 from catalog.outage import OutageGuard, OutagePolicy, connection_wait
+from tests.fixtures.logcapture import Lines
 from tests.fixtures.racing import FakeTime
 
 CATALOG = "postgresql://app:***@db.internal:5432/lake"
-
-
-class Lines:
-    """Collects the guard's log lines (event, fields)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, dict[str, object]]] = []
-
-    def info(self, event: str, **fields: object) -> None:
-        self.lines.append((event, fields))
-
-    def warning(self, event: str, **fields: object) -> None:
-        self.lines.append((event, fields))
-
-    def events(self) -> list[str]:
-        return [event for event, _ in self.lines]
 
 
 def guard(t: FakeTime, lines: Lines, budget: float = 60.0, rand: float = 1.0) -> OutageGuard:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from catalog import OutagePolicy, OutageRules, OutageSpent, ServiceGuard
+from tests.fixtures.logcapture import Lines
 from tests.fixtures.racing import FakeTime
 
 
@@ -27,20 +28,6 @@ class Gone(Exception):
     def __init__(self, spent: OutageSpent) -> None:
         super().__init__(f"{spent.subject} gone for {spent.outage_s:g} s")
         self.spent = spent
-
-
-class Lines:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, dict[str, object]]] = []
-
-    def info(self, event: str, **fields: object) -> None:
-        self.lines.append((event, fields))
-
-    def warning(self, event: str, **fields: object) -> None:
-        self.lines.append((event, fields))
-
-    def events(self) -> list[str]:
-        return [event for event, _ in self.lines]
 
 
 def rules(*, log_last_failure: bool = True) -> OutageRules:
