@@ -18,6 +18,7 @@ of each pair.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import statistics
 import sys
@@ -130,14 +131,13 @@ def _run(
 
 def _session() -> SparkSession:
     """The local session with Spark's Kafka source on its classpath. ``local_spark`` is taking
-    a ``host`` argument (``jobs.spark_env``) in a change made beside this one: given when that
-    module is there, so the benchmark runs before and after it."""
-    try:
+    a ``host`` argument (``jobs.spark_env``) in a change made beside this one: given when it
+    takes one, so the benchmark runs before and after that change."""
+    extra: dict[str, Any] = {}
+    if "host" in inspect.signature(local_spark).parameters:
         from jobs.spark_env import spark_host  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        extra: dict[str, Any] = {}
-    else:
-        extra = {"host": spark_host()}
+
+        extra["host"] = spark_host()
     return local_spark("lakestream-bench-readers", jars=ensure_connector_jars(), **extra)
 
 
