@@ -18,7 +18,6 @@ of each pair.
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import statistics
 import sys
@@ -39,6 +38,7 @@ from catalog import Catalog
 from ingest.kafka.apache_kafka import ApacheKafka, create_topic
 from ingest.kafka.spark_source import CONNECTOR_VERSION, SourceReader, ensure_connector_jars
 from ingest.spark_session import local_spark
+from jobs.spark_env import spark_host
 
 _DEAD_LETTERS = "bench.dead_letters"
 _WARM_TOPIC = "dbserver1.public.warmup"
@@ -130,15 +130,8 @@ def _run(
 
 
 def _session() -> SparkSession:
-    """The local session with Spark's Kafka source on its classpath. ``local_spark`` is taking
-    a ``host`` argument (``jobs.spark_env``) in a change made beside this one: given when it
-    takes one, so the benchmark runs before and after that change."""
-    extra: dict[str, Any] = {}
-    if "host" in inspect.signature(local_spark).parameters:
-        from jobs.spark_env import spark_host  # type: ignore[import-not-found,unused-ignore]
-
-        extra["host"] = spark_host()
-    return local_spark("lakestream-bench-readers", jars=ensure_connector_jars(), **extra)
+    """The local session with Spark's Kafka source on its classpath."""
+    return local_spark("lakestream-bench-readers", jars=ensure_connector_jars(), host=spark_host())
 
 
 class _Bench:
