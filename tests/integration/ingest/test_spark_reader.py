@@ -5,12 +5,14 @@ past a transaction's markers."""
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from catalog import Catalog
 from ingest.debezium import DecoderConfig
@@ -151,3 +153,48 @@ def test_an_aborted_transaction_at_the_end_of_a_range_is_skipped_and_passed(
     _send_transaction(producer, topic, range(15, 18), commit=True)
     third = run_ingest(replace(config, checkpoint=tmp_path / "new-checkpoint"), spark, catalog)
     assert third.records_read == 3 and ids() == list(range(18))
+
+
+def _grow(bootstrap_servers: str, topic: str, total: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    for future in admin.create_partitions([NewPartitions(topic, total)]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=30).topics[topic].partitions) != total:
+        assert time.monotonic() < deadline, "the new partition never showed in the metadata"
+        time.sleep(0.1)
+
+
+def test_with_the_checkpoint_lost_a_partition_the_catalog_lacks_starts_at_its_earliest(
+    catalog: Catalog, kafka, spark, tmp_path: Path
+):
+    """Spark's source needs every subscribed partition in ``startingOffsets``: the catalog's
+    offsets are completed with the new partition at its earliest offset, as the Python reader
+    reads a partition it has no offset for."""
+    topic = kafka.topic(partitions=1)
+
+    def events(ids: range) -> list[tuple[bytes, bytes]]:
+        return [(str(i).encode(), orjson.dumps({"id": i})) for i in ids]
+
+    kafka.produce(topic, events(range(20)), partition=0)
+    config = IngestJobConfig(
+        job="reader-grown",
+        bootstrap_servers=kafka.bootstrap_servers,
+        checkpoint=tmp_path / "checkpoint",
+        dead_letter_table=DLQ,
+        topics=(topic,),
+        source_format=SourceFormat.JSON,
+        json_tables={topic: "reader.grown"},
+        source_reader=SourceReader.SPARK,
+    )
+    assert run_ingest(config, spark, catalog).records_read == 20
+    _grow(kafka.bootstrap_servers, topic, 2)
+    kafka.produce(topic, events(range(20, 30)), partition=0)
+    kafka.produce(topic, events(range(30, 45)), partition=1)
+
+    again = run_ingest(replace(config, checkpoint=tmp_path / "lost"), spark, catalog)
+
+    assert again.records_read == 25, "the catalog's offsets were not where it started"
+    ids = catalog.load_table("reader.grown").scan().to_arrow().column("id").to_pylist()
+    assert sorted(ids) == list(range(45))
+    assert catalog.writer_progress(config.job).source_offsets == {topic: {"0": 30, "1": 15}}
