@@ -132,6 +132,12 @@ def run(config: DemoConfig, out: TextIO | None = None) -> int:
     except (ApacheKafkaError, JarFetchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP
+    if not CONNECTOR_JSON.is_file():  # the demo runs from a clone (dev/demo), not a wheel
+        print(
+            f"error: no {CONNECTOR_JSON}: run the demo from a clone of the repository (dev/demo)",
+            file=sys.stderr,
+        )
+        return EXIT_SETUP
     with _interrupts_as_keyboard_interrupt():
         started = time.monotonic()
         try:
