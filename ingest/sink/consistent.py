@@ -14,10 +14,9 @@ Per batch (see :class:`ingest.sink.batch.BatchSink`), before the tasks run:
    (``frontier_candidates``): the tasks write those straight into the target tables, hold every
    other tagged event.
 
-After a batch has committed, steps 2-3 for the next batch are worked out ahead, while Spark
-plans it (:func:`prepare_start`); the batch uses that work when it starts where it was expected
-to, from that commit. The peek of step 3 is done earlier still, while the batch before runs its
-tasks (:func:`peek_next`).
+The transaction topic's next range is read ahead while the batch's tasks run
+(:class:`~ingest.sink.readahead.MarkerReadAhead`): the one piece of step 2 worth moving off the
+driver's critical path (it is most of a batch's driver-side reading).
 
 The held files of earlier batches are dissolved by the task of the batch's first range
 (:attr:`ingest.sink.plan.Holding.dissolve`): it writes their events of candidates with its own
@@ -35,16 +34,12 @@ one commit, which also removes the committed held files.
 from __future__ import annotations
 
 import json
-import operator
-import threading
 import time
-import uuid
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, overload
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -66,8 +61,7 @@ from catalog.logs import get_logger
 from ingest import startpoint
 from ingest.errors import IngestError
 from ingest.kafka.brokerview import BrokerView, consumer_config
-from ingest.kafka.offsets import OffsetRange, OffsetsJson, PartitionId, next_end, plan_ranges
-from ingest.kafka.offsets import from_json as offsets_from_json
+from ingest.kafka.offsets import OffsetRange, PartitionId
 from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import read_messages
 from ingest.sink.held import HELD_SCHEMA, chunks_of, event_ref, split_held
@@ -76,11 +70,8 @@ from ingest.sink.readahead import MarkerReadAhead, MarkerRun, latest_offsets, re
 from ingest.sink.report import (
     TaskReport,
     TopicFigures,
-    TxnRanks,
     WrittenFile,
     merged_masks,
-    merged_placed,
-    merged_union,
 )
 from ingest.transactions.book import (
     BuiltEnds,
@@ -89,7 +80,6 @@ from ingest.transactions.book import (
     TransactionBook,
     TxnState,
 )
-from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     MarkerStatus,
@@ -103,7 +93,6 @@ from ingest.transactions.policy import (
     OnTimeout,
     TransactionConfigError,
 )
-from ingest.transactions.positions import EndedIndex, EndedPart
 
 log = get_logger("lakestream.ingest")
 
@@ -253,9 +242,6 @@ class BatchTransactions:
     """The batch's first range (topic, partition, start): its task dissolves the held files."""
     cut: int | None = field(default=None)
     """How many candidates the tasks may write directly (None: all)."""
-    columns: EndedColumns | None = None
-    """The book's END-known transactions as columns, for the decision's complete head (built
-    with the batch's start, before its tasks: see :mod:`ingest.transactions.head`)."""
     _published: tuple[int | None, ShippedIds] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -267,12 +253,10 @@ class BatchTransactions:
 
     @property
     def publish(self) -> ShippedIds:
-        """The transactions whose events the tasks write directly: :attr:`direct` (in commit
-        order: the tasks report a run of one by its position), and those published before
-        (built once per cut: ~20,000 ids a batch)."""
+        """The transactions whose events the tasks write directly: :attr:`direct` and those
+        published before (built once per cut: ~20,000 ids a batch)."""
         if self._published is None or self._published[0] != self.cut:
-            direct = self.direct
-            shipped = ShippedIds(chain(direct, sorted(self.settled)), len(direct))
+            shipped = ShippedIds(chain(self.direct, sorted(self.settled)))
             self._published = (self.cut, shipped)
         return self._published[1]
 
@@ -280,10 +264,8 @@ class BatchTransactions:
         """Take in what the tasks saw; raise :class:`CandidateNotPublished` if one of the
         transactions written directly is not published (the batch is written again)."""
         policy = self.policy
-        head, rest = self._complete_head([r.txn_ranks for r in reports])
-        decision, after = self.book.settle_head(
-            head, rest, self.now, policy.max_hold_s, policy.on_timeout
-        )
+        seen = merged_masks([r.txn_ranks for r in reports])
+        decision, after = self.book.settle(seen, self.now, policy.max_hold_s, policy.on_timeout)
         direct = self.direct
         if decision.publish[: len(direct)] != direct:  # candidates are commit order's first
             published = set(decision.publish)
@@ -293,22 +275,6 @@ class BatchTransactions:
                     raise CandidateNotPublished(txn)
         self.decision, self.after = decision, after
         return decision
-
-    def _complete_head(self, ranks: Sequence[TxnRanks]) -> tuple[int, dict[str, int]]:
-        """How many END-known transactions, from the first, the tasks' ranks complete, and
-        the ranks of every other transaction (:meth:`TransactionBook.settle_head`): counted
-        in columns where they were built for this book and no mask is wider than 64 bits."""
-        book, columns, direct = self.book, self.columns, self.direct
-        if columns is None or columns.states is not book.ended or any(r.wide_ids for r in ranks):
-            return book.split_head(merged_masks(ranks, direct))
-        positions, masks = merged_placed(ranks, len(direct))
-        head, rest = columns.split(positions, masks, *merged_union(ranks), direct)
-        if head == len(columns) < len(book.ended):  # past the columns: the book's own loop
-            more = book.complete_head(rest, start=head)
-            for state in book.ended[head:more]:
-                rest.pop(state.id, None)
-            head = more
-        return head, rest
 
     def job_state(self) -> dict[str, object]:
         assert self.after is not None
@@ -341,84 +307,34 @@ def start_batch(
     read_after_s: float = 0.0,
     ends: Mapping[tuple[str, int], int] | None = None,
 ) -> BatchTransactions:
-    """Steps 1-3 of the module docstring for one batch. The transaction topic's range and the
-    data partitions' last records are read at the same time (both wait on the broker); with
-    ``readahead``, the range was mostly read during the batch before, and the next batch's is
-    begun here, to read once the tasks run (``read_after_s``, see :func:`read_ahead_next`)."""
-    txn = _start(book, ranges, partitions, kafka, policy, readahead=readahead, ends=ends)
-    if readahead is not None:
-        read_ahead_next(ranges, readahead, after_s=read_after_s)
-    return txn
-
-
-def read_ahead_next(
-    ranges: Sequence[OffsetRange], readahead: MarkerReadAhead, *, after_s: float = 0.0
-) -> None:
-    """Begin reading the next batch's range of each transaction topic (from this one's end) in
-    ``after_s`` seconds: when the batch's tasks have started.
-
-    Why not at once: the read (the broker serving ~40,000 records a benchmark batch, librdkafka,
-    the Python consumer) is a burst of CPU, and the batch's start up to its first task (the
-    plan, ``mapInArrow``, Spark launching the tasks) is serial: begun with the batch it made
-    that start ~70 ms longer (``mapInArrow`` 100 against 50 ms). Once the tasks run it has their
-    whole length to finish, and the next batch asks for the records in any case. (End to end
-    the benchmark tells no difference: on 2 cores the tasks pay for the read instead;
-    bench/archive/ingest-transactions.md, run 19.)"""
-    for rng in ranges:
-        if is_transaction_topic(rng.topic):
-            readahead.begin(rng, limit=rng.end - rng.start, after_s=after_s)
-
-
-def _start(
-    book: TransactionBook,
-    ranges: Sequence[OffsetRange],
-    partitions: Iterable[tuple[str, int]],
-    kafka: SourceOptions,
-    policy: TxnPolicy,
-    *,
-    readahead: MarkerReadAhead | None,
-    peeked: PeekedTails | None = None,
-    ends: Mapping[tuple[str, int], int] | None = None,
-) -> BatchTransactions:
+    """Steps 1-3 of the module docstring for one batch. With ``readahead``, the transaction
+    topic's range was mostly read during the batch before, and the next batch's is begun here,
+    to read once the tasks run (``read_after_s``, see :func:`read_ahead_next`)."""
     now = time.time()
     started = time.monotonic()
     timings: dict[str, int] = {}
-    tails: Mapping[Hashable, PartitionTail]
     partitions = tuple(partitions)
-    with ThreadPoolExecutor(max_workers=1) as pool:  # its thread starts only if peeking now
-        tails_read = None
-        if peeked is None:
-            tails_read = pool.submit(_timed, partition_tails, ranges, partitions, kafka)
-        markers = read_markers(ranges, kafka, readahead)
-        timings["markers_ms"] = _ms_since(started)
-        loaded = book
-        txn_topic = ordered_topic(partitions)
-        if txn_topic is None:
-            book = markers.into(book, now)
-        else:
-            book = ordered_into(
-                book,
-                markers,
-                ranges,
-                txn_topic,
-                kafka=kafka,
-                idle_s=policy.partition_idle_s,
-                now=now,
-                ends=ends,
-            )
-        if tails_read is not None:
-            tails, timings["tails_ms"] = tails_read.result()
-        else:
-            assert peeked is not None
-            tails, timings["peeked_ms"] = peeked.tails, peeked.peeked_ms
+    markers = read_markers(ranges, kafka, readahead)
+    timings["markers_ms"] = _ms_since(started)
+    loaded = book
+    txn_topic = ordered_topic(partitions)
     if txn_topic is None:
-        index, columns = markers.indexed(loaded, book, now)
+        book = markers.into(book, now)
     else:
-        index, columns = None, EndedColumns.of(book.ended)
-    if tails:
-        candidates = book.frontier_candidates(tails, index)
-    else:
-        candidates = tuple(t.id for t in book.ended)
+        book = ordered_into(
+            book,
+            markers,
+            ranges,
+            txn_topic,
+            kafka=kafka,
+            idle_s=policy.partition_idle_s,
+            now=now,
+            ends=ends,
+        )
+    tails_started = time.monotonic()
+    tails = partition_tails(ranges, partitions, kafka)
+    timings["tails_ms"] = _ms_since(tails_started)
+    candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     txn = BatchTransactions(
         book,
@@ -432,10 +348,21 @@ def _start(
         markers_read_ahead=markers.read_ahead,
         owner=first_range(ranges),
         timings=timings,
-        columns=columns,
     )
-    _ = txn.publish  # built here, before the batch's tasks: their plan ships it
+    if readahead is not None:
+        read_ahead_next(ranges, readahead, after_s=read_after_s)
     return txn
+
+
+def read_ahead_next(
+    ranges: Sequence[OffsetRange], readahead: MarkerReadAhead, *, after_s: float = 0.0
+) -> None:
+    """Begin reading the next batch's range of each transaction topic (from this one's end) in
+    ``after_s`` seconds: when the batch's tasks have started (a read begun with the batch
+    competed with the batch's serial start, the plan and Spark launching the tasks)."""
+    for rng in ranges:
+        if is_transaction_topic(rng.topic):
+            readahead.begin(rng, limit=rng.end - rng.start, after_s=after_s)
 
 
 @dataclass(frozen=True)
@@ -585,146 +512,6 @@ def caught_up(
     return [pid.partition for pid in pids if ends.get(pid.partition, 0) >= latest[pid]]
 
 
-@dataclass(frozen=True)
-class PreparedStart:
-    """The start of a batch (:func:`start_batch`'s work but the read-ahead of the batch after
-    it) worked out before Spark called for the batch; see :func:`prepare_start`."""
-
-    base: uuid.UUID | None
-    """The commit whose book it starts from (None: the job had none); only a batch starting
-    from that commit may use it."""
-    ranges: frozenset[OffsetRange]
-    """The ranges it was worked out for (only a batch of exactly these may use it)."""
-    partitions: tuple[tuple[str, int], ...]
-    txn: BatchTransactions
-    prepared_ms: int
-
-    def fits(self, ranges: Sequence[OffsetRange], partitions: Iterable[tuple[str, int]]) -> bool:
-        """Whether a batch of ``ranges`` over ``partitions`` may use it (the caller checks
-        that the batch starts from :attr:`base`)."""
-        return frozenset(ranges) == self.ranges and set(partitions) == set(self.partitions)
-
-    def adopted(self) -> BatchTransactions:
-        """The batch's transaction state, timed from now (the decision's ``now``)."""
-        timings = {**self.txn.timings, "prepared_ms": self.prepared_ms}
-        adopted = replace(self.txn, now=time.time(), timings=timings)
-        adopted._published = self.txn._published  # the publish set built with it
-        return adopted
-
-
-@dataclass(frozen=True)
-class PeekedTails:
-    """The tails (:func:`partition_tails`) of the ranges a batch will likely read, peeked
-    while the batch before ran its tasks; see :func:`peek_next`."""
-
-    ranges: frozenset[OffsetRange]
-    partitions: tuple[tuple[str, int], ...]
-    tails: Mapping[Hashable, PartitionTail]
-    peeked_ms: int
-
-    def fits(self, ranges: Sequence[OffsetRange], partitions: Sequence[tuple[str, int]]) -> bool:
-        return frozenset(ranges) == self.ranges and tuple(partitions) == self.partitions
-
-
-def planned_next(
-    start: OffsetsJson, kafka: SourceOptions, broker: BrokerView
-) -> tuple[list[OffsetRange], tuple[tuple[str, int], ...]]:
-    """The ranges a batch from ``start`` will likely read (the source's split of
-    ``maxOffsetsPerTrigger`` over what the broker holds now, as ``latestOffset`` computes it),
-    and the partitions it reads."""
-    offsets = offsets_from_json(start)
-    end = next_end(offsets, broker.latest(list(offsets)), {}, kafka.max_offsets_per_trigger)
-    ranges = plan_ranges(offsets, end, lambda pid: offsets[pid])
-    return ranges, tuple(sorted((pid.topic, pid.partition) for pid in offsets))
-
-
-def planned_ends(start: OffsetsJson, ranges: Sequence[OffsetRange]) -> dict[tuple[str, int], int]:
-    """Where a batch from ``start`` over ``ranges`` ends in every partition (:func:`batch_ends`
-    of a batch planned here, not yet logged by Spark)."""
-    ends = {(t, int(p)): offset for t, parts in start.items() for p, offset in parts.items()}
-    ends.update({(r.topic, r.partition): r.end for r in ranges})
-    return ends
-
-
-def peek_next(
-    start: OffsetsJson,
-    kafka: SourceOptions,
-    broker: BrokerView,
-    *,
-    after_s: float = 0.0,
-    go: threading.Event | None = None,
-) -> PeekedTails:
-    """The tails of the next batch's likely ranges, from ``start`` (where this batch ends),
-    peeked while this batch's tasks run: ``after_s`` from now, or once ``go`` is set (the
-    tasks have ended, or the job stops), whichever comes first.
-
-    Why while the tasks run: the peek (a consumer, one or two fetch rounds) took 25-60 ms in
-    the gap between two batches, when Spark waits for nothing else of the driver. The records
-    a tail names do not change once written; a record after a range that the broker lacked
-    when peeked is simply not named (as when peeked later, a moment before it came), and the
-    tasks' masks check the candidates in any case (:meth:`BatchTransactions.decide`).
-
-    Why not at once: begun with the batch, it ran beside the batch's own start (the plan's
-    catalog reads, ``mapInArrow``), serial work up to the first task, and made it ~9-15 ms
-    longer a batch in the benchmark (the plan 17-30 ms against 11 with the peek begun later;
-    bench/archive/ingest-transactions.md, run 25). The caller gives the read-ahead's wait
-    (:func:`read_ahead_next`), which is how long the batch before took to start its tasks."""
-    if go is not None and after_s > 0:
-        go.wait(after_s)
-    started = time.monotonic()
-    ranges, partitions = planned_next(start, kafka, broker)
-    tails = partition_tails(ranges, partitions, kafka)
-    return PeekedTails(frozenset(ranges), partitions, tails, _ms_since(started))
-
-
-def prepare_start(
-    book: TransactionBook,
-    start: OffsetsJson,
-    kafka: SourceOptions,
-    *,
-    base: uuid.UUID | None,
-    policy: TxnPolicy,
-    readahead: MarkerReadAhead,
-    broker: BrokerView,
-    peeked: PeekedTails | None = None,
-) -> PreparedStart:
-    """The next batch's start, worked out after this batch committed, in the gap between two
-    batches (while Spark writes its logs and plans the batch, the driver idles for ~100-150
-    ms): where the batch will likely end (the source's split of ``maxOffsetsPerTrigger`` over
-    what the broker holds now, as ``latestOffset`` computes it), its markers (read ahead during
-    the batch before, decoded as read) taken into ``book`` (the book of commit ``base``), the last
-    record of each data range and the one after it (``peeked`` during the batch before, when
-    its ranges are these; else peeked now), the transactions the tasks may write directly.
-
-    Why: on a batch's critical path this work left a core idle for 80-140 ms a batch in the
-    benchmark. A batch that ends elsewhere (data arrived meanwhile, a trigger other than a
-    backlog's) or starts from another book does not use it and works its start out itself,
-    so the result is the same either way; only the time differs."""
-    started = time.monotonic()
-    ranges, partitions = planned_next(start, kafka, broker)
-    if peeked is not None and not peeked.fits(ranges, partitions):
-        peeked = None  # the broker moved on since: peek now
-    txn = _start(
-        book,
-        ranges,
-        partitions,
-        kafka,
-        policy,
-        readahead=readahead,
-        peeked=peeked,
-        ends=planned_ends(start, ranges),
-    )
-    return PreparedStart(base, frozenset(ranges), partitions, txn, _ms_since(started))
-
-
-_T = TypeVar("_T")
-
-
-def _timed(work: Callable[..., _T], *args: Any) -> tuple[_T, int]:
-    started = time.monotonic()
-    return work(*args), _ms_since(started)
-
-
 def _ms_since(started: float) -> int:
     return round((time.monotonic() - started) * 1000)
 
@@ -768,33 +555,6 @@ class BatchMarkers(NamedTuple):
             ids.append(run_ids)
         union = ids[0] if len(ids) == 1 else frozenset().union(*ids)
         return BuiltEnds(states, union, collections)
-
-    def indexed(
-        self, loaded: TransactionBook, book: TransactionBook, now: float
-    ) -> tuple[EndedIndex | None, EndedColumns]:
-        """``book``'s END-known transactions indexed for the frontier and as the decision's
-        columns (``book`` is ``loaded`` with these markers taken :meth:`into` it): joined from
-        ``loaded``'s (a few hundred, indexed now) and the runs' own (read-ahead: indexed as
-        read), where ``book`` took the runs' states as they were built - no transaction of
-        them was named by ``loaded`` (the common batch); otherwise no index (the frontier
-        makes its own) and columns of the whole book.
-
-        Why: indexing and the columns were ~10 ms of every batch's start between two batches,
-        where the driver's time costs the most (bench/archive/ingest-transactions.md, run
-        25)."""
-        wanted = None if book.collections is None else frozenset(book.collections)
-        parts = [run.indexed(wanted, now) for run in self.runs]
-        kept = loaded.ended
-        built = list(chain.from_iterable(part.states for part, _ in parts))
-        ended = book.ended
-        if len(ended) != len(kept) + len(built) or not (
-            all(map(operator.is_, ended, kept))
-            and all(map(operator.is_, ended[len(kept) :], built))
-        ):
-            return None, EndedColumns.of(ended)
-        index = EndedIndex(ended, [EndedPart.of(kept), *(part for part, _ in parts)])
-        columns = EndedColumns.joined(ended, [EndedColumns.of(kept), *(cols for _, cols in parts)])
-        return index, columns
 
     def into(self, book: TransactionBook, now: float) -> TransactionBook:
         """``book`` with the END markers taken in (:meth:`TransactionBook.add_built`)."""
@@ -993,10 +753,9 @@ def _read_last(rng: OffsetRange, kafka: SourceOptions) -> bytes | None:
     return value
 
 
-def merged_ranks(reports: Sequence[TaskReport], candidates: Sequence[str] = ()) -> dict[str, int]:
-    """Per transaction, the ranks every task saw of it (the union of the tasks' masks;
-    ``candidates``: the list their placed runs' positions refer to)."""
-    return merged_masks((r.txn_ranks for r in reports), candidates)
+def merged_ranks(reports: Sequence[TaskReport]) -> dict[str, int]:
+    """Per transaction, the ranks every task saw of it (the union of the tasks' masks)."""
+    return merged_masks(r.txn_ranks for r in reports)
 
 
 # -- publishing held events ----------------------------------------------------------------------
@@ -1097,15 +856,11 @@ __all__ = [
     "BatchTransactions",
     "CandidateNotPublished",
     "HeldRelease",
-    "PeekedTails",
-    "PreparedStart",
     "TxnPolicy",
     "batch_ranges",
     "chunks_of",
     "files_after",
     "load_book",
-    "peek_next",
-    "prepare_start",
     "read_ahead_next",
     "release_held",
     "resumed_start",

@@ -45,26 +45,19 @@ class SinkPlan:
 
 
 class ShippedIds(AbstractSet[str]):
-    """The transaction ids a batch's tasks write directly (:attr:`Holding.publish`): the
-    batch's candidates in commit order (:attr:`ordered`, the first :attr:`candidates` of it),
-    then the ids published before. Shipped as one JSON array and read back once per Python
-    worker and batch.
+    """The transaction ids a batch's tasks write directly (:attr:`Holding.publish`), shipped as
+    one JSON array and read back once per Python worker and batch.
 
     Why one array: every task of a batch unpickles the same plan, and ~20,000 ids a batch as
-    pickled strings cost each task 3-5 ms (a twentieth of a consistent task's CPU in the
-    benchmark's profile) and the driver as much to pickle. One array of bytes pickles as a
-    copy; the worker's first task of the batch reads it, the next ones find it by comparing
-    the bytes (:func:`_received`).
+    pickled strings cost each task 3-5 ms and the driver as much to pickle. One array of bytes
+    pickles as a copy; the worker's first task of the batch reads it, the next ones find it by
+    comparing the bytes (:func:`_received`). Why not a frozenset: its hash table is built when
+    first asked, once per worker."""
 
-    Why not a frozenset: its hash table is built when first asked, once per worker."""
+    __slots__ = ("_members", "ordered")
 
-    __slots__ = ("_members", "candidates", "ordered")
-
-    def __init__(self, ordered: Iterable[str] = (), candidates: int = 0) -> None:
-        ids = tuple(ordered)
-        if not 0 <= candidates <= len(ids):
-            raise ValueError(f"{candidates} candidates of {len(ids)} ids")
-        self.ordered, self.candidates = ids, candidates
+    def __init__(self, ordered: Iterable[str] = ()) -> None:
+        self.ordered = tuple(ordered)
         self._members: frozenset[str] | None = None
 
     @property
@@ -86,23 +79,22 @@ class ShippedIds(AbstractSet[str]):
     def __hash__(self) -> int:
         return hash(self.members)
 
-    def __reduce__(self) -> tuple[Any, tuple[bytes, int]]:
-        return _received, (orjson.dumps(self.ordered), self.candidates)
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return _received, (orjson.dumps(self.ordered),)
 
 
-#: The last ids this Python worker read back: [(their JSON and count, the set)], at most one.
-_last_received: list[tuple[tuple[bytes, int], ShippedIds]] = []
+#: The last ids this Python worker read back: [(their JSON, the set)], at most one.
+_last_received: list[tuple[bytes, ShippedIds]] = []
 _receiving = threading.Lock()
 
 
-def _received(shipped: bytes, candidates: int = 0) -> ShippedIds:
-    """The set of ``shipped`` (a JSON array, its first ``candidates`` the candidates), the one
-    read last if it was the same."""
+def _received(shipped: bytes) -> ShippedIds:
+    """The set of ``shipped`` (a JSON array), the one read last if it was the same."""
     with _receiving:
-        if _last_received and _last_received[0][0] == (shipped, candidates):
+        if _last_received and _last_received[0][0] == shipped:
             return _last_received[0][1]
-        ids = ShippedIds(orjson.loads(shipped), candidates)
-        _last_received[:] = [((shipped, candidates), ids)]
+        ids = ShippedIds(orjson.loads(shipped))
+        _last_received[:] = [(shipped, ids)]
         return ids
 
 

@@ -34,14 +34,12 @@ from ingest.kafka.options import SourceOptions
 from ingest.kafka.reader import message_millis, read_messages
 from ingest.kafka.schema import offset_of
 from ingest.transactions.book import TxnState, build_ends_at
-from ingest.transactions.head import EndedColumns
 from ingest.transactions.markers import (
     BadTransactionMetadata,
     TransactionMarker,
     end_markers,
     is_transaction_topic,
 )
-from ingest.transactions.positions import EndedPart
 
 log = get_logger("lakestream.ingest")
 
@@ -114,39 +112,12 @@ class MarkerRun:
 
     def build_ahead(self, collections: frozenset[str] | None) -> None:
         """Build the END markers' transaction states for a book reading ``collections`` now,
-        on the read-ahead's thread (:func:`~ingest.transactions.book.build_ends_of`, straight
-        from the records: no marker is made; first seen now, when read), index them
-        (:meth:`indexed`) and count the tombstones, rather than in the next batch's start
-        between two batches (``prepare_start``). Nothing when a record is no marker (the
-        batch that asks raises, as it would have).
-
-        Why: the driver's CPU costs more wall time between batches than during the tasks:
-        1.5 s of it a run cost 2.0 ± 1.0 s there against 0.5 ± 1.1 s (bench/RESULTS.md, source
-        transactions, run 20). (Decoding as the tasks end was tried before: it held the GIL
-        against the batch's decision and commit, 80 ms instead of 30; a read-ahead reads
-        once the tasks run, and is done long before they end.)"""
+        on the read-ahead's thread (straight from the records: no marker is made; first seen
+        now, when read), and count the tombstones, rather than in the next batch's start.
+        Nothing when a record is no marker (the batch that asks raises, as it would have)."""
         _ = self.tombstones
         with contextlib.suppress(BadTransactionMetadata):
-            self.indexed(collections, time.time())
-
-    def indexed(
-        self, collections: frozenset[str] | None, now: float
-    ) -> tuple[EndedPart, EndedColumns]:
-        """:meth:`states` indexed for the frontier and as the decision's columns: built
-        ahead, else now (why ahead: :mod:`ingest.transactions.positions`).
-
-        Raises:
-            BadTransactionMetadata: a record is no marker (see ``end_markers``).
-        """
-        states, _ = self.states(collections, now)
-        built = self._built
-        assert built is not None  # states() built it
-        if built.part is None or built.columns is None:
-            built = self._built = built._replace(
-                part=EndedPart.of(states), columns=EndedColumns.of(tuple(states))
-            )
-        assert built.part is not None and built.columns is not None
-        return built.part, built.columns
+            self.states(collections, time.time())
 
     def states(
         self, collections: frozenset[str] | None, now: float
@@ -205,19 +176,16 @@ class MarkerRun:
 
 
 class _Built(NamedTuple):
-    """A run's END states built for a book reading ``collections``, the records they were
-    built of (their places in the run), and their index and columns once made (see
-    :meth:`MarkerRun.build_ahead`)."""
+    """A run's END states built for a book reading ``collections``, and the records they were
+    built of (their places in the run; see :meth:`MarkerRun.build_ahead`)."""
 
     collections: frozenset[str] | None
     states: list[TxnState]
     ids: frozenset[str]
     records: list[int]
-    part: EndedPart | None = None
-    columns: EndedColumns | None = None
 
     def before(self, cut: int) -> _Built:
-        """Those of the records before ``cut`` (indexed again when asked)."""
+        """Those of the records before ``cut``."""
         count = bisect.bisect_left(self.records, cut)
         if count == len(self.states):
             return self

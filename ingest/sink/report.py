@@ -7,7 +7,7 @@ per micro-batch and builds the single catalog commit from them.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -89,16 +89,8 @@ class TxnRanks(_Model):
     packed columns and :func:`merged_masks` ~20 ms. From a task the stream goes beside the
     report's JSON, as bytes (:func:`report_row`); in JSON it is base64.
 
-    The runs of the batch's candidates that the tasks' C loop read come by position instead of
-    by id, ``placed``: their masks (little-endian uint64), then their positions (int32) in the
-    list of the ``candidates`` candidates the task was given (``ShippedIds.ordered``). Why: they
-    are nearly all of a batch's entries, and merging them by id (a dictionary of ~73,000
-    strings) was ~10 ms of the decision on the batch's critical path; by position the driver
-    or-s them into its columns in numpy (:func:`merged_placed`). Only a reader that knows the
-    candidates can name them (:func:`merged_masks`).
-
     An id may come more than once (a task records a run of a transaction's events at a time,
-    not a dict entry per event), a position too; masks are or-ed wherever they are read.
+    not a dict entry per event); masks are or-ed wherever they are read.
     """
 
     model_config = ConfigDict(
@@ -106,9 +98,6 @@ class TxnRanks(_Model):
     )
 
     packed: bytes = b""
-    placed: bytes = b""
-    candidates: int = 0
-    """How many candidates the task was given (``placed`` positions are below it)."""
     wide_ids: list[str] = Field(default_factory=list)
     wide_masks: list[str] = Field(default_factory=list)
     #: Events whose ``transaction`` block could not be read (passed through as without one).
@@ -138,28 +127,16 @@ class TxnRanks(_Model):
             return _RANKS_SCHEMA.empty_table()
         return ipc.open_stream(self.packed).read_all()
 
-    def positions(self) -> tuple[np.ndarray, np.ndarray]:
-        """The placed runs: their positions (int64) and masks (uint64)."""
-        count = len(self.placed) // _PLACED_WIDTH
-        if count * _PLACED_WIDTH != len(self.placed):
-            raise ValueError(f"placed ranks of {len(self.placed)} bytes are not whole entries")
-        masks = np.frombuffer(self.placed, "<u8", count)
-        positions = np.frombuffer(self.placed, "<i4", count, offset=8 * count)
-        return positions.astype(np.int64), masks.astype(np.uint64)
-
     def wide(self) -> Iterator[tuple[str, int]]:
         return zip(self.wide_ids, (int(m, 16) for m in self.wide_masks), strict=True)
 
-    def items(self, candidates: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
-        """(transaction id, mask) pairs, each id once (``candidates``: the list the placed
-        runs' positions refer to)."""
-        return iter(merged_masks([self], candidates).items())
+    def items(self) -> Iterator[tuple[str, int]]:
+        """(transaction id, mask) pairs, each id once."""
+        return iter(merged_masks([self]).items())
 
 
 #: Masks below this travel as uint64 (bit 0 is never set: ranks start at 1).
 _NARROW_LIMIT = 1 << 64
-#: Bytes of one placed run: its uint64 mask and its int32 position.
-_PLACED_WIDTH = 12
 _RANKS_SCHEMA = pa.schema([("id", pa.string(), False), ("mask", pa.uint64(), False)])
 
 
@@ -172,78 +149,39 @@ def _pack(ids: list[str], masks: list[int]) -> bytes:
     return packed
 
 
-#: What a task returns (``mapInArrow``'s schema): its report as JSON, and its packed and placed
-#: ranks as bytes beside it. In the JSON they were base64 (a third larger), encoded by every
-#: task and decoded by the driver before its decision: ~9 ms of a benchmark batch's critical
-#: path.
-REPORT_ROW = pa.schema([("report", pa.string()), ("ranks", pa.binary()), ("placed", pa.binary())])
+#: What a task returns (``mapInArrow``'s schema): its report as JSON, and its packed ranks as
+#: bytes beside it (in the JSON they would be base64, a third larger, encoded by every task and
+#: decoded by the driver before its decision).
+REPORT_ROW = pa.schema([("report", pa.string()), ("ranks", pa.binary())])
 
 
 def report_row(report: TaskReport) -> pa.RecordBatch:
     """A task's one row of :data:`REPORT_ROW`."""
-    text = report.model_dump_json(exclude={"txn_ranks": {"packed", "placed"}})
-    ranks = report.txn_ranks
+    text = report.model_dump_json(exclude={"txn_ranks": {"packed"}})
     return pa.RecordBatch.from_pydict(
-        {"report": [text], "ranks": [ranks.packed], "placed": [ranks.placed]},
-        schema=REPORT_ROW,
+        {"report": [text], "ranks": [report.txn_ranks.packed]}, schema=REPORT_ROW
     )
 
 
-def read_report(
-    text: str, ranks: bytes | bytearray | None, placed: bytes | bytearray | None = None
-) -> TaskReport:
+def read_report(text: str, ranks: bytes | bytearray | None) -> TaskReport:
     """The report of a row of :data:`REPORT_ROW`, as the task made it."""
     report = TaskReport.model_validate_json(text)
-    if not ranks and not placed:
+    if not ranks:
         return report
-    update = {"packed": bytes(ranks or b""), "placed": bytes(placed or b"")}
-    return report.model_copy(update={"txn_ranks": report.txn_ranks.model_copy(update=update)})
+    packed = report.txn_ranks.model_copy(update={"packed": bytes(ranks)})
+    return report.model_copy(update={"txn_ranks": packed})
 
 
-def merged_masks(ranks: Iterable[TxnRanks], candidates: Sequence[str] = ()) -> dict[str, int]:
+def merged_masks(ranks: Iterable[TxnRanks]) -> dict[str, int]:
     """Per transaction, the union of the masks of every report (a rank two tasks saw counts
-    once): :func:`merged_union` of the packed columns, the placed runs named by ``candidates``
-    (the list their positions refer to), and the wide masks in a Python loop.
-
-    Raises:
-        ValueError: a report places runs past ``candidates``.
-    """
+    once): :func:`merged_union` of the packed columns, and the wide masks in a Python loop."""
     reports = list(ranks)
     ids, union = merged_union(reports)
     seen = dict(zip(ids.to_pylist(), union.tolist(), strict=True))
-    positions, masks = merged_placed(reports, len(candidates))
-    for at, mask in zip(positions.tolist(), masks.tolist(), strict=True):
-        txn = candidates[at]
-        seen[txn] = seen.get(txn, 0) | mask
     for report in reports:
         for txn, mask in report.wide():
             seen[txn] = seen.get(txn, 0) | mask
     return seen
-
-
-def merged_placed(ranks: Iterable[TxnRanks], candidates: int) -> tuple[np.ndarray, np.ndarray]:
-    """The placed runs of every report: positions (int64) and masks (uint64), in report order,
-    a position maybe more than once.
-
-    Raises:
-        ValueError: a report's runs were placed in a list of another length than
-            ``candidates`` (the batch's pass it came from gave its tasks that many).
-    """
-    positions, masks = [np.zeros(0, np.int64)], [np.zeros(0, np.uint64)]
-    for report in ranks:
-        if not report.placed:
-            continue
-        if report.candidates != candidates:
-            raise ValueError(
-                f"a task placed runs among {report.candidates} candidates, the batch has "
-                f"{candidates}"
-            )
-        at, mask = report.positions()
-        if len(at) and not (int(at.min()) >= 0 and int(at.max()) < candidates):
-            raise ValueError(f"a task placed a run outside its {candidates} candidates")
-        positions.append(at)
-        masks.append(mask)
-    return np.concatenate(positions), np.concatenate(masks)
 
 
 def merged_union(ranks: Iterable[TxnRanks]) -> tuple[pa.Array, np.ndarray]:

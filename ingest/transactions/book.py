@@ -41,7 +41,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Annotated, Any, NamedTuple, TypeVar
 
 from pydantic import BeforeValidator, PlainSerializer, TypeAdapter, ValidationError
@@ -56,7 +55,6 @@ from ingest.transactions.markers import (
 )
 from ingest.transactions.order import EndOrder
 from ingest.transactions.policy import OnTimeout
-from ingest.transactions.positions import EndedIndex
 from ingest.transactions.ranges import Ranges
 
 __all__ = [
@@ -523,7 +521,7 @@ class TransactionBook:
     ) -> tuple[Decision, TransactionBook]:
         """:meth:`settle` for a caller that counted the complete head itself: ``head`` is
         :meth:`complete_head` of the batch's ranks, ``rest`` the ranks of every transaction
-        but those ``head`` END-known ones (``ingest.transactions.head`` counts it in columns)."""
+        but those ``head`` END-known ones."""
         if not head:
             book = self.add_events(_ranks_only(rest), now)
             decision = book.decide(now, max_hold, on_timeout)
@@ -576,9 +574,7 @@ class TransactionBook:
 
     # -- the direct path ---------------------------------------------------------------------
 
-    def frontier_candidates(
-        self, tails: Mapping[_Key, PartitionTail], index: EndedIndex | None = None
-    ) -> tuple[str, ...]:
+    def frontier_candidates(self, tails: Mapping[_Key, PartitionTail]) -> tuple[str, ...]:
         """The END-known transactions that can have no event beyond the batch's ranges: the
         longest prefix of commit order whose every transaction each partition has passed.
 
@@ -593,27 +589,34 @@ class TransactionBook:
         out) cannot complete, so it is never a candidate: give every partition its collection.
         Markers of the batch must be added first, its events after.
 
-        ``index``: the END-known transactions indexed ahead
-        (:mod:`ingest.transactions.positions`); used only when it is of this book's tuple,
-        else built here.
         """
-        if index is None or index.states is not self.ended:
-            index = EndedIndex.of(self.ended)
+        ended = self.ended
+        places = {state.id: at for at, state in enumerate(ended)}  # an id's last place wins
+
+        def place(txn: str) -> float:
+            return places.get(txn, math.inf)
+
         settled = {t.id for t in self.late} | set(self.recent)
         # how far the slowest partition of each collection got (None: of an unknown one)
         reach: dict[str | None, float] = {}
         for tail in tails.values():
-            upto = _passed(tail, index.place, settled)
+            upto = _passed(tail, place, settled)
             reach[tail.collection] = min(reach.get(tail.collection, math.inf), upto)
         anywhere = min(reach.values(), default=math.inf)
         unknown = reach.get(None, math.inf)
         wanted = None if self.collections is None else frozenset(self.collections)
-        # the first transaction past how far those touching its collections may go: the limit
-        # is asked once per combination of collections (a batch's tens of thousands of
-        # transactions touch a handful)
-        end = index.first_past(partial(_limit, reach=reach, anywhere=anywhere, unknown=unknown,
-                                       wanted=wanted))  # fmt: skip
-        return index.ids_before(end)
+        # the limit depends only on the collections a transaction touches: asked once for each
+        # combination (a batch's tens of thousands of transactions touch a handful)
+        limits: dict[tuple[str, ...], float] = {}
+        for at, state in enumerate(ended):
+            bound = limits.get(state.touched)
+            if bound is None:
+                bound = limits[state.touched] = _limit(
+                    state.touched, reach=reach, anywhere=anywhere, unknown=unknown, wanted=wanted
+                )
+            if at >= bound:
+                return tuple([t.id for t in ended[:at]])
+        return tuple([t.id for t in ended])
 
     # -- storing -----------------------------------------------------------------------------
 

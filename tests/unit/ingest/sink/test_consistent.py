@@ -16,7 +16,6 @@ from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
 from ingest.errors import IngestError
 from ingest.kafka.offsets import OffsetRange
-from ingest.sink.batch import _dissolved as dissolved
 from ingest.sink.consistent import (
     BatchTransactions,
     CandidateNotPublished,
@@ -31,6 +30,7 @@ from ingest.sink.consistent import (
 from ingest.sink.held import HELD_SCHEMA
 from ingest.sink.plan import Holding
 from ingest.sink.report import TaskReport, TxnRanks
+from ingest.sink.whole import _dissolved as dissolved
 from ingest.transactions import MarkerStatus, OnTimeout, TransactionBook, TransactionMarker
 from ingest.transactions.ranges import from_mask, to_mask
 

@@ -11,7 +11,6 @@ from ingest.sink.consistent import BatchMarkers
 from ingest.sink.readahead import MarkerRun
 from ingest.sink.report import TaskReport
 from ingest.transactions import PartitionTail, TransactionBook, TxnState
-from ingest.transactions.head import EndedColumns
 
 CREATE_TIME = 1
 
@@ -66,10 +65,9 @@ def test_a_cut_keeps_the_records_below_the_offset() -> None:
         assert cut.offsets == [o for o in RUN.offsets if o < end_offset]
 
 
-def test_a_batch_start_joins_the_runs_indexes_where_the_book_took_their_states_as_built() -> None:
-    """The frontier's index and the decision's columns come from the runs' own (built as they
-    were read) joined after the book's kept ones; a book that names one of the runs'
-    transactions takes it in place, and then both are made of the whole book."""
+def test_a_book_takes_the_states_the_runs_built_ahead_and_in_place_where_it_names_one() -> None:
+    """The runs' END states, built as they were read, join the book after its kept ones; a
+    book that names one of the runs' transactions takes it in place."""
     runs = [MarkerRun.of([message(20 + i, end(txn))]) for i, txn in enumerate((3, 4, 5))]
     wanted = frozenset({"public.t"})
     for run in runs:
@@ -79,17 +77,10 @@ def test_a_batch_start_joins_the_runs_indexes_where_the_book_took_their_states_a
     kept = TxnState("1", 1.0, seen=0b10, ended=True, total=2, expected=2, touched=("public.t",))
     loaded = TransactionBook(ended=(kept,), collections=("public.t",))
     book = markers.into(loaded, 5.0)
-    index, columns = markers.indexed(loaded, book, 5.0)
-    assert index is not None and index.states is book.ended and columns.states is book.ended
-    assert [p.ids for p in index.parts] == [["1"], ["3"], ["4"], ["5"]]  # none indexed again
-    whole = EndedColumns.of(book.ended)
-    assert columns.ids.to_pylist() == whole.ids.to_pylist() == ["1", "3", "4", "5"]
-    assert (columns.seen == whole.seen).all() and (columns.need == whole.need).all()
+    assert [s.id for s in book.ended] == ["1", "3", "4", "5"]
     tails = {("s.public.t", 0): PartitionTail(txn="4", collection="public.t", after="5")}
-    assert book.frontier_candidates(tails, index) == book.frontier_candidates(tails)
+    assert book.frontier_candidates(tails) == ("1", "3", "4")
 
     opened = TransactionBook(open=(TxnState("4", 1.0, seen=0b10),), collections=("public.t",))
     taken = markers.into(opened, 5.0)
-    index, columns = markers.indexed(opened, taken, 5.0)
-    assert index is None and columns.states is taken.ended
     assert [s.seen for s in taken.ended] == [0, 0b10, 0]  # 4 ended from its open state

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -10,11 +9,9 @@ from ingest.sink.report import (
     TaskReport,
     TxnRanks,
     merged_masks,
-    merged_placed,
     read_report,
     report_row,
 )
-from tests.unit.ingest.sink.support import placed_ranks
 
 ids = st.sampled_from(["1", "2", "mysql-bin.000003:1234", "é\x00\"'\n", ""])
 #: Ranks start at 1; rank 63 is the widest that travels as uint64, 64 the narrowest wide one.
@@ -65,45 +62,9 @@ def test_a_tasks_row_gives_the_driver_the_report_it_made(pairs: list[tuple[str, 
     )
     row = report_row(made).to_pylist()[0]
 
-    assert read_report(row["report"], row["ranks"], row["placed"]) == made
-    assert read_report(row["report"], bytearray(row["ranks"]), None) == made  # as Spark collects
+    assert read_report(row["report"], row["ranks"]) == made
+    assert read_report(row["report"], bytearray(row["ranks"])) == made  # as Spark collects
     assert TaskReport.model_validate_json(row["report"]).txn_ranks.packed == b""
-
-
-@given(
-    st.lists(st.tuples(st.integers(0, 4), st.integers(1, 2**64 - 1)), max_size=12),
-    st.lists(st.tuples(ids, st.integers(1, 2**64 - 1)), max_size=4),
-)
-def test_runs_placed_by_position_reach_the_driver_named_by_the_candidates(
-    placed: list[tuple[int, int]], by_id: list[tuple[str, int]]
-) -> None:
-    """A task's runs of candidates travel by position in the list it was given, beside the
-    report's JSON; the driver names them by that list, or-ed with what came by id."""
-    candidates = ["c0", "c1", "c2", "c3", "c4"]
-    made = TaskReport(txn_ranks=placed_ranks(placed, by_id, len(candidates)))
-    row = report_row(made).to_pylist()[0]
-    back = read_report(row["report"], row["ranks"], bytearray(row["placed"]))
-    assert back == made
-    assert TaskReport.model_validate_json(row["report"]).txn_ranks.placed == b""  # not in JSON
-    expected: dict[str, int] = {}
-    for txn, mask in [*((candidates[p], m) for p, m in placed), *by_id]:
-        expected[txn] = expected.get(txn, 0) | mask
-    assert merged_masks([back.txn_ranks], candidates) == expected
-    positions, masks = merged_placed([back.txn_ranks], len(candidates))
-    assert list(zip(positions.tolist(), masks.tolist(), strict=True)) == placed
-
-
-def test_runs_placed_among_other_candidates_are_refused() -> None:
-    """A report whose positions refer to a list of another length (another write pass's, or
-    past its end) is not read as this pass's: the driver cannot name those runs."""
-    ranks = placed_ranks([(0, 2), (1, 4)], [], 2)
-    with pytest.raises(ValueError, match="among 2 candidates, the batch has 3"):
-        merged_placed([ranks], 3)
-    past = placed_ranks([(5, 2)], [], 2)
-    with pytest.raises(ValueError, match="outside its 2 candidates"):
-        merged_placed([past], 2)
-    with pytest.raises(ValueError, match="not whole entries"):
-        TxnRanks(placed=b"\x00" * 13, candidates=2).positions()
 
 
 def test_only_masks_past_64_bits_travel_as_hex() -> None:
