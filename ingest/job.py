@@ -44,6 +44,7 @@ from ingest.kafka.spark_source import (
     SourceReader,
     spark_source_options,
     spark_starting_offsets,
+    subscription_options,
 )
 from ingest.logs import driver_level
 from ingest.sink.batch import BatchSink, SinkSettings
@@ -214,13 +215,8 @@ def source_options(config: IngestJobConfig, starting: str) -> dict[str, str]:
         # a read that makes no progress because the brokers are gone fails within the budget too
         POLL_TIMEOUT_MS: str(max(budget_ms, 1000)),
         LOG_LEVEL: driver_level(),
+        **subscription_options(config),
     }
-    if config.topic_pattern:
-        options["subscribePattern"] = config.topic_pattern
-    else:
-        options["subscribe"] = ",".join(config.topics)
-    if config.max_offsets_per_trigger:
-        options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
     if config.transaction_mode is TransactionMode.CONSISTENT:
         options[SHARED_TASK_PATTERN] = TRANSACTION_TOPIC_PATTERN
     options.update({f"kafka.{key}": value for key, value in config.kafka_options.items()})

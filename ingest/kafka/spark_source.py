@@ -149,6 +149,13 @@ def spark_source_options(config: IngestJobConfig, starting: str) -> dict[str, st
         "failOnDataLoss": "true",
         "includeHeaders": "false",
     })  # fmt: skip
+    return {**options, **subscription_options(config)}
+
+
+def subscription_options(config: IngestJobConfig) -> dict[str, str]:
+    """What the job subscribes to and how much a batch may read: the same options for either
+    reader (Spark's Kafka source and ours name them alike)."""
+    options = {}
     if config.topic_pattern:
         options["subscribePattern"] = config.topic_pattern
     else:
