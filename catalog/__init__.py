@@ -24,19 +24,24 @@ that does not succeed ends as one of the three :class:`CommitError` outcomes.
 """
 
 from catalog.catalog import DEFAULT_HASH_BUCKETS, Catalog, Leftover, TableHead, WriterProgress
+from catalog.changes import ChangeFeed
 from catalog.committer import COMMIT_CHANNEL
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
+from catalog.consumers import Consumer
 from catalog.dml import StatementError, StatementResult
 from catalog.errors import (
     CatalogError,
     CatalogNotInitializedError,
     CatalogOutageError,
     CatalogUnavailableError,
+    ChangeFeedError,
+    ChangesExpiredError,
     CommitConflict,
     CommitError,
     CommitRejected,
     CommitStateUnknown,
     ConflictKind,
+    ConsumerNotFoundError,
     InvalidNameError,
     InvalidPartitionError,
     MaintenanceConfigError,
@@ -167,6 +172,11 @@ __all__ = [
     "Transaction",
     "UnavailableKind",
     "VersionExpiredError",
+    "ChangeFeedError",
+    "ChangesExpiredError",
+    "ConsumerNotFoundError",
+    "Consumer",
+    "ChangeFeed",
     "VersionInfo",
     "VersionNotFoundError",
     "WatermarkRegressed",

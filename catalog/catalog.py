@@ -20,8 +20,9 @@ import pyarrow as pa
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
-from catalog import schemas
+from catalog import consumers, schemas
 from catalog.committer import Committer
+from catalog.consumers import DEFAULT_CONSUMER_TTL, Consumer
 from catalog.errors import (
     CatalogError,
     InvalidNameError,
@@ -259,6 +260,57 @@ class Catalog:
         if row is None:
             raise TableNotFoundError(str(table_name))
         return Table(self, self._meta_from_row(row))
+
+    # -- change-feed consumers (see catalog.consumers) ----------------------------------------
+
+    def register_consumer(
+        self,
+        table: str | Table,
+        consumer_id: str,
+        version: int,
+        *,
+        ttl: dt.timedelta = DEFAULT_CONSUMER_TTL,
+    ) -> Consumer:
+        """Register a reader of ``table``'s changes at ``version``, the last version it has
+        read: expiry keeps that version and all newer ones while the consumer is seen within
+        ``ttl`` (registering again replaces position and ttl).
+
+        Raises:
+            ChangesExpiredError: the versions after ``version`` were already expired (it names
+                both versions).
+            ChangeFeedError: an empty id, a negative or future version, a ttl that is not
+                positive.
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
+        meta = self._consumer_table(table)
+        return consumers.register(self._store, meta, consumer_id, version, ttl)
+
+    def advance_consumer(self, table: str | Table, consumer_id: str, version: int) -> Consumer:
+        """Record that the consumer has read up to ``version`` (and renew its ttl).
+
+        Raises:
+            ConsumerNotFoundError: it is not registered (or was dropped).
+            ChangesExpiredError: ``version`` lies below the expiry horizon.
+        """
+        meta = self._consumer_table(table)
+        return consumers.advance(self._store, meta, consumer_id, version)
+
+    def consumer(self, table: str | Table, consumer_id: str) -> Consumer:
+        """A registered consumer, checked: raises :class:`ChangesExpiredError` (one line, both
+        versions) when the changes after its position were expired (it was dead past its ttl),
+        :class:`ConsumerNotFoundError` when it is not registered."""
+        return consumers.get(self._store, self._consumer_table(table), consumer_id)
+
+    def consumers(self, table: str | Table) -> list[Consumer]:
+        """The table's registered consumers, dead ones (past their ttl) included."""
+        return consumers.list_all(self._store, self._consumer_table(table))
+
+    def drop_consumer(self, table: str | Table, consumer_id: str) -> bool:
+        """Forget a consumer; expiry no longer keeps versions for it. True if it existed."""
+        return consumers.drop(self._store, self._consumer_table(table), consumer_id)
+
+    def _consumer_table(self, table: str | Table) -> TableMeta:
+        return table.meta if isinstance(table, Table) else self.load_table(table).meta
 
     def table_exists(self, name: str) -> bool:
         try:

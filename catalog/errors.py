@@ -255,3 +255,44 @@ class MaintenanceConfigError(CatalogError, ValueError):
         super().__init__(message)
         self.table = table
         self.setting = setting
+
+
+class ChangeFeedError(CatalogError, ValueError):
+    """A change-feed read that cannot be answered as asked (a bad range or table property)."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class ChangesExpiredError(VersionExpiredError):
+    """Changes asked from a version whose base state was expired: they can no longer be
+    computed, and skipping them silently would lose changes. Names both versions."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str,
+        start_version: int,
+        oldest_version: int,
+        oldest_committed_at: dt.datetime,
+        consumer_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            table=table,
+            oldest_version=oldest_version,
+            oldest_committed_at=oldest_committed_at,
+        )
+        self.start_version = start_version
+        self.consumer_id = consumer_id
+
+
+class ConsumerNotFoundError(CatalogError, LookupError):
+    """No consumer of that id is registered on the table."""
+
+    def __init__(self, table: str, consumer_id: str) -> None:
+        super().__init__(f"{table} has no registered consumer {consumer_id!r}")
+        self.table = table
+        self.consumer_id = consumer_id

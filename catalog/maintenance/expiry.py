@@ -39,7 +39,7 @@ import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -137,7 +137,7 @@ def expire_versions(
                     oldest=state.oldest,
                     retain_last=retain_last,
                     version_at_cut=state.version_at_cut,
-                    keep=keep,
+                    keep=_lowest(keep, state.consumer_floor),
                 )
                 run.report = ExpiryReport(
                     table=str(meta.name),
@@ -147,7 +147,7 @@ def expire_versions(
                     dry_run=dry_run,
                 )
                 if horizon > state.oldest:
-                    run.expire(horizon)
+                    run.expire(horizon)  # may lower it: a consumer registered meanwhile
                 if dry_run:
                     raise _DryRun
         except _DryRun:
@@ -162,6 +162,13 @@ class _State:
     latest: int
     oldest: int
     version_at_cut: int | None
+    consumer_floor: int | None
+    """The oldest version a live change-feed consumer needs (see :mod:`catalog.consumers`)."""
+
+
+def _lowest(*versions: int | None) -> int | None:
+    found = [v for v in versions if v is not None]
+    return min(found) if found else None
 
 
 class _ExpiryRun:
@@ -206,7 +213,16 @@ class _ExpiryRun:
         at_cut = self.conn.execute(
             mquery("version_at_or_before"), {"table_id": table_id, "at": now["now"] - older_than}
         ).fetchone()
-        return _State(latest, oldest, int(at_cut["version"]) if at_cut else None)
+        return _State(
+            latest,
+            oldest,
+            int(at_cut["version"]) if at_cut else None,
+            self.consumer_floor(self.conn),
+        )
+
+    def consumer_floor(self, conn: psycopg.Connection[DictRow]) -> int | None:
+        row = conn.execute(mquery("consumer_floor"), {"table_id": self.meta.table_id}).fetchone()
+        return None if row is None or row["version"] is None else int(row["version"])
 
     def expire(self, horizon: int) -> None:
         table_id = self.meta.table_id
@@ -215,7 +231,20 @@ class _ExpiryRun:
         ).fetchone()
         assert row is not None, "the horizon is a version that exists"
         self.horizon_at = row["committed_at"]
-        with self.unit(lock=False) as conn:  # first, so readers learn of it before rows go
+        # first, so readers learn of it before rows go; under the head lock, which consumers
+        # take to register or advance, so one registered since the state was read is seen here
+        with self.unit() as conn:
+            floor = self.consumer_floor(conn)
+            if floor is not None and floor < horizon:
+                horizon = max(floor, self.report.previous_horizon if self.report else 0)
+                self._lower_horizon(horizon)
+                if self.report is not None and horizon <= self.report.previous_horizon:
+                    return
+                row = conn.execute(
+                    mquery("version_committed_at"), {"table_id": table_id, "version": horizon}
+                ).fetchone()
+                assert row is not None, "the horizon is a version that exists"
+                self.horizon_at = row["committed_at"]
             conn.execute(
                 mquery("set_expiry_horizon"),
                 {"table_id": table_id, "version": horizon, "committed_at": self.horizon_at},
@@ -231,6 +260,10 @@ class _ExpiryRun:
                 )
         self._delete_versions(horizon)
         self._sweep_keys()
+
+    def _lower_horizon(self, horizon: int) -> None:
+        if self.report is not None:
+            self.report = replace(self.report, horizon=horizon)
 
     def _delete_versions(self, horizon: int) -> None:
         while True:

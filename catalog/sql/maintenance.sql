@@ -13,6 +13,12 @@ SET oldest_version = excluded.oldest_version, oldest_committed_at = excluded.old
     expired_at = excluded.expired_at
 WHERE table_expiry.oldest_version < excluded.oldest_version
 
+-- name: consumer_floor
+-- The oldest version a live change-feed consumer still needs (catalog/consumers.py): expiry
+-- keeps it and everything newer.
+SELECT min(version) AS version FROM change_consumer
+WHERE table_id = %(table_id)s AND seen_at + ttl > clock_timestamp()
+
 -- name: version_at_or_before
 SELECT version, committed_at FROM table_version
 WHERE table_id = %(table_id)s AND committed_at <= %(at)s

@@ -1,0 +1,299 @@
+"""The change feed: what each version of a table changed, read from the catalog and its files.
+
+Nothing is written for it at commit time: every version's changes are derived when read, from
+what the catalog already keeps (each version's partitions, their files, the states before and
+after). Per version of the range, in commit order:
+
+* **append tables**: the rows of the files the version added, less the rows of the files it
+  removed, compared whole as a multiset. An append is all inserts; a copy-on-write DELETE or
+  UPDATE (or a TTL drop) is deletes and inserts of the rows that differ - rows a rewrite carried
+  over cancel out. With no key, an updated row cannot be told from a deleted one plus an
+  inserted one, so updates are a ``delete`` and an ``insert``, never pre/post-images.
+* **CDC tables**: the merged state of the partitions the version touched, before (the version
+  below) and after, compared by primary key. A key that did not exist before is an ``insert``,
+  one gone after a ``delete`` (carrying its whole last row), one whose values changed an
+  ``update_preimage`` then ``update_postimage``. This is the effective change: a run's row that
+  lost to a higher ``sequence-column`` value, an upsert that rewrote identical values, a delete
+  of an absent key show as nothing; a key that moved partition is one update.
+* **compaction** versions (and partitions a commit compacted) change no row and emit nothing;
+  expiry commits no version at all.
+
+The table property ``changes.preimages`` (``true`` by default) decides whether updates carry
+their pre-image. Pre-images are not stored, so keeping them costs nothing at write time and
+nothing in storage; dropping them (``false``) halves the rows an update emits but saves no
+read: a CDC version's state below it is read either way, since that alone tells an insert from
+an update and gives a delete its row. That read is the feed's cost: a merge-read of the touched
+buckets at two versions, proportional to their size until the compactor shrinks them.
+
+A range is ``start_version`` to ``end_version``, both included (Delta's
+``startingVersion``/``endingVersion``); reading it needs the state at ``start_version - 1``, so
+that version must not be expired. A streaming reader keeps the last version it read as its
+offset and asks for ``(offset + 1, latest)``; an empty range (start above end) is no change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.changefeed import (
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    PREIMAGE,
+    change_schema,
+    empty_changes,
+    keyed_diff,
+    multiset_diff,
+    net_changes,
+)
+from catalog.errors import ChangeFeedError, ChangesExpiredError, SchemaError
+from catalog.files.reader import read_files
+from catalog.maintenance.expiry import mquery
+from catalog.meta import TableMeta
+from catalog.model import CommitOp
+from catalog.planning import plan_scan
+from catalog.queries import NamedQueries
+from catalog.scan import FilterSpec, Scan, ScanFilter
+from catalog.snapshots import PartitionSnapshot
+from catalog.store import PgStore
+from catalog.table_store import snapshots_at
+
+cquery = NamedQueries("catalog", "sql/changes.sql")
+
+#: Table property: whether updates carry their pre-image (``true``, the default, or ``false``).
+PREIMAGES_PROPERTY = "changes.preimages"
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """One version of the range: what it did and to which partitions."""
+
+    version: int
+    op: CommitOp
+    committed_at: dt.datetime
+    partitions: tuple[str, ...]
+    partition_ops: tuple[CommitOp, ...]
+
+    @property
+    def changed_partitions(self) -> list[str]:
+        """The partitions whose rows may have changed (a compaction changes none)."""
+        if self.op == CommitOp.COMPACTION:
+            return []
+        return [
+            d
+            for d, op in zip(self.partitions, self.partition_ops, strict=True)
+            if op != CommitOp.COMPACTION
+        ]
+
+
+def preimages_wanted(meta: TableMeta) -> bool:
+    value = meta.properties.get(PREIMAGES_PROPERTY, "true").strip().lower()
+    if value not in ("true", "false"):
+        raise ChangeFeedError(
+            f"{meta.name}: table property {PREIMAGES_PROPERTY} must be true or false, not "
+            f"{value!r}",
+            table=str(meta.name),
+        )
+    return value == "true"
+
+
+def first_version_since(store: PgStore, meta: TableMeta, at: dt.datetime) -> int | None:
+    """The first version committed at or after ``at`` (None: none yet)."""
+    at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+    row = store.fetch_one(cquery("first_version_since"), {"table_id": meta.table_id, "at": at})
+    return None if row is None or row["version"] is None else int(row["version"])
+
+
+def check_base(
+    store: PgStore, meta: TableMeta, start: int, *, consumer_id: str | None = None
+) -> None:
+    """Raise :class:`ChangesExpiredError` when the state changes from ``start`` are computed
+    against (``start - 1``) lies below the expiry horizon."""
+    base = max(start - 1, 0)
+    row = store.fetch_one(mquery("expiry_horizon"), {"table_id": meta.table_id})
+    if row is None or base >= row["oldest_version"]:
+        return
+    oldest = int(row["oldest_version"])
+    who = f"consumer {consumer_id!r} of " if consumer_id else ""
+    raise ChangesExpiredError(
+        f"{who}{meta.name}: changes from version {start} need version {base}, but versions "
+        f"below {oldest} were expired; read from version {oldest + 1} or later",
+        table=str(meta.name),
+        start_version=start,
+        oldest_version=oldest,
+        oldest_committed_at=row["oldest_committed_at"],
+        consumer_id=consumer_id,
+    )
+
+
+@dataclass
+class ChangeFeed:
+    """The changes of versions ``first`` to ``last`` (both included) of one table.
+
+    Built by :meth:`catalog.Table.changes`; ``to_batches`` reads version by version (each
+    version's changes are one unit), so a stream can hold one version's rows at a time;
+    ``net`` needs the whole range first.
+    """
+
+    store: PgStore
+    meta: TableMeta
+    first: int
+    last: int
+    net: bool = False
+    columns: Sequence[str] | None = None
+    filter: FilterSpec = None
+
+    def __post_init__(self) -> None:
+        names = self.meta.user_schema.names
+        self._filter = ScanFilter.of(self.filter)
+        for name in [*(self.columns or ()), *(p.column for p in self._filter.predicates)]:
+            if name not in names:
+                raise SchemaError(
+                    f"column {name!r} is not in {self.meta.name}",
+                    table=str(self.meta.name),
+                    column=name,
+                )
+        self._preimages = preimages_wanted(self.meta)
+
+    @property
+    def schema(self) -> pa.Schema:
+        user = self.meta.user_schema
+        if self.columns is not None:
+            user = pa.schema([user.field(c) for c in self.columns])
+        return change_schema(pa.schema([f.with_nullable(True) for f in user]))
+
+    def versions(self) -> list[VersionEntry]:
+        if self.first > self.last:
+            return []
+        rows = self.store.fetch_all(
+            cquery("versions_between"),
+            {"table_id": self.meta.table_id, "first": self.first, "last": self.last},
+        )
+        return [
+            VersionEntry(
+                version=int(r["version"]),
+                op=CommitOp(r["commit_op"]),
+                committed_at=r["committed_at"],
+                partitions=tuple(r["partitions"]),
+                partition_ops=tuple(CommitOp(o) for o in r["partition_ops"]),
+            )
+            for r in rows
+        ]
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        if self.net:
+            yield from self.to_arrow().to_batches()
+            return
+        for entry in self.versions():
+            changes = self._finish(self.version_changes(entry))
+            yield from changes.to_batches()
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def to_arrow(self) -> pa.Table:
+        if not self.net:
+            return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+        parts = [self.version_changes(e) for e in self.versions()]
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
+            return self.schema.empty_table()
+        folded = net_changes(pa.concat_tables(parts), self.meta.primary_key)
+        return self._finish(folded)
+
+    def _finish(self, changes: pa.Table) -> pa.Table:
+        """Pre-images dropped if the table says so, then the filter and the columns."""
+        if not self._preimages and changes.num_rows:
+            changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), PREIMAGE))
+        expression = self._filter.expression
+        if expression is None and self._filter.predicates:
+            from catalog.files.pruning import to_expression
+
+            expression = to_expression(self._filter.predicates, self.meta.user_schema)
+        if expression is not None and changes.num_rows:
+            changes = changes.filter(expression)
+        wanted = [*(self.columns or self.meta.user_schema.names)]
+        out = changes.select([*wanted, CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP])
+        return out.cast(self.schema)
+
+    # -- one version ------------------------------------------------------------------------
+
+    def version_changes(self, entry: VersionEntry) -> pa.Table:
+        """Every change ``entry``'s version made, pre-images included, all user columns."""
+        descs = entry.changed_partitions
+        if not descs:
+            return empty_changes(self.meta.user_schema)
+        before = snapshots_at(self.store, self.meta, entry.version - 1, partitions=descs)
+        after = snapshots_at(self.store, self.meta, entry.version, partitions=descs)
+        at = entry.committed_at.astimezone(dt.UTC)
+        if self.meta.is_cdc:
+            old = self._state(entry.version - 1, before)
+            new = self._state(entry.version, after)
+            return keyed_diff(old, new, self.meta.primary_key, entry.version, at)
+        removed, added = _file_changes(before, after)
+        return multiset_diff(self._rows(removed), self._rows(added), entry.version, at)
+
+    def _state(self, version: int, snapshots: Sequence[PartitionSnapshot]) -> pa.Table:
+        """The merged rows of these partitions at ``version`` (one row per key)."""
+        plan = plan_scan(self.meta, version, snapshots)
+        return Scan(self.meta, plan, self.meta.user_schema.names).to_arrow()
+
+    def _rows(self, files: Sequence[object]) -> pa.Table:
+        schema = self.meta.user_schema
+        if not files:
+            return schema.empty_table()
+        batches = read_files(
+            self.meta.files,
+            files,  # type: ignore[arg-type]
+            self.meta.schema,
+            columns=schema.names,
+        )
+        return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def _file_changes(
+    before: Sequence[PartitionSnapshot], after: Sequence[PartitionSnapshot]
+) -> tuple[list[object], list[object]]:
+    """The files (as DataFiles) a version removed and added, over the given partitions."""
+    old = {f.path: f for s in before for f in s.live_files()}
+    new = {f.path: f for s in after for f in s.live_files()}
+    removed: list[object] = [f for p, f in old.items() if p not in new]
+    added: list[object] = [f for p, f in new.items() if p not in old]
+    return removed, added
+
+
+def resolve_range(
+    store: PgStore,
+    meta: TableMeta,
+    latest: int,
+    start_version: int | None,
+    *,
+    end_version: int | None,
+    as_of: dt.datetime | None,
+) -> tuple[int, int]:
+    """``(first, last)`` of a change read, checked: both versions exist, the base state
+    (``first - 1``) is not expired."""
+    from catalog.errors import VersionNotFoundError
+
+    name = str(meta.name)
+    if (start_version is None) == (as_of is None):
+        raise ChangeFeedError("changes() takes start_version or as_of (one of them)", table=name)
+    if as_of is not None:
+        found = first_version_since(store, meta, as_of)
+        start = latest + 1 if found is None else found
+    else:
+        assert start_version is not None
+        start = start_version
+    if start < 0:
+        raise ChangeFeedError(f"{name}: start_version must be >= 0, not {start}", table=name)
+    end = latest if end_version is None else end_version
+    if end > latest:
+        raise VersionNotFoundError(f"{name} has versions 0..{latest}, not {end}")
+    if start <= end:
+        check_base(store, meta, start)
+    return start, end
