@@ -90,11 +90,13 @@ def keyed_diff(
 ) -> pa.Table:
     """The changes that turn ``old`` into ``new`` (both one row per key, same columns): a key
     only in ``new`` is an insert, only in ``old`` a delete (with its whole old row), in both
-    with any value changed an update pre-image then post-image; an unchanged key is no change."""
+    with any value changed an update pre-image then post-image; an unchanged key is no change.
+    Deletes, then updates, then inserts, each in key order."""
     schema = old.schema
     old_keys = old.select(list(key)).append_column(_OLD, pa.array(np.arange(old.num_rows)))
     new_keys = new.select(list(key)).append_column(_NEW, pa.array(np.arange(new.num_rows)))
-    joined = old_keys.join(new_keys, keys=list(key), join_type="full outer")
+    joined = old_keys.join(new_keys, keys=list(key), join_type="full outer", use_threads=False)
+    joined = joined.sort_by([(k, "ascending") for k in key])  # a join's order is arbitrary
     i_old, i_new = joined.column(_OLD), joined.column(_NEW)
     both = pc.and_(pc.is_valid(i_old), pc.is_valid(i_new))
     deleted = old.take(pc.drop_null(pc.filter(i_old, pc.is_null(i_new))))

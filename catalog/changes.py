@@ -159,6 +159,7 @@ class ChangeFeed:
                     column=name,
                 )
         self._preimages = preimages_wanted(self.meta)
+        self._states: dict[tuple[str, int], pa.Table] = {}
 
     @property
     def schema(self) -> pa.Schema:
@@ -239,9 +240,24 @@ class ChangeFeed:
         return multiset_diff(self._rows(removed), self._rows(added), entry.version, at)
 
     def _state(self, version: int, snapshots: Sequence[PartitionSnapshot]) -> pa.Table:
-        """The merged rows of these partitions at ``version`` (one row per key)."""
-        plan = plan_scan(self.meta, version, snapshots)
-        return Scan(self.meta, plan, self.meta.user_schema.names).to_arrow()
+        """The merged rows of these partitions at ``version`` (one row per key).
+
+        A partition's state is read once per partition version: the state after one version is
+        the state before the next that touches the partition, so consecutive versions of a
+        stream read each bucket once, not twice. Only the last version's states are kept."""
+        parts, kept = [], {}
+        for snapshot in snapshots:
+            handle = (snapshot.partition_desc, snapshot.head.version)
+            state = self._states.get(handle)
+            if state is None:
+                plan = plan_scan(self.meta, version, [snapshot])
+                state = Scan(self.meta, plan, self.meta.user_schema.names).to_arrow()
+            kept[handle] = state
+            parts.append(state)
+        self._states = kept
+        if not parts:
+            return self.meta.user_schema.empty_table()
+        return pa.concat_tables(parts)
 
     def _rows(self, files: Sequence[object]) -> pa.Table:
         schema = self.meta.user_schema
