@@ -22,8 +22,15 @@ The table property ``changes.preimages`` (``true`` by default) decides whether u
 their pre-image. Pre-images are not stored, so keeping them costs nothing at write time and
 nothing in storage; dropping them (``false``) halves the rows an update emits but saves no
 read: a CDC version's state below it is read either way, since that alone tells an insert from
-an update and gives a delete its row. That read is the feed's cost: a merge-read of the touched
-buckets at two versions, proportional to their size until the compactor shrinks them.
+an update and gives a delete its row. That read is the feed's cost. With a one-column key it is
+a lookup: the keys of the files the version added or removed (only their merged state can
+differ) are pushed below the merge, so merging costs what the touched keys cost, though the
+bucket's files are still scanned for them (measured on 400k rows, 4 buckets, 1% of keys
+changed per version: one version's changes 0.16 s against 0.09 s for a full scan). With a
+composite key, or more than :data:`LOOKUP_MAX_KEYS` touched rows, the touched partitions are
+read whole at both versions (each partition version once: the state after one version is the
+state before the next). Reaching a cost proportional to the changed rows alone needs stored
+pre-images (a changelog written at commit or compaction time); that is not built.
 
 A range is ``start_version`` to ``end_version``, both included (Delta's
 ``startingVersion``/``endingVersion``); reading it needs the state at ``start_version - 1``, so
@@ -52,10 +59,11 @@ from catalog.changefeed import (
     net_changes,
 )
 from catalog.errors import ChangeFeedError, ChangesExpiredError, SchemaError
+from catalog.files.pruning import Predicate
 from catalog.files.reader import read_files
 from catalog.maintenance.expiry import mquery
 from catalog.meta import TableMeta
-from catalog.model import CommitOp
+from catalog.model import CommitOp, DataFile
 from catalog.planning import plan_scan
 from catalog.queries import NamedQueries
 from catalog.scan import FilterSpec, Scan, ScanFilter
@@ -65,6 +73,9 @@ from catalog.table_store import snapshots_at
 
 cquery = NamedQueries("catalog", "sql/changes.sql")
 
+#: Above this many rows in the files a CDC version added or removed, its changes are found by
+#: reading the touched partitions whole rather than by looking their keys up.
+LOOKUP_MAX_KEYS = 200_000
 #: Table property: whether updates carry their pre-image (``true``, the default, or ``false``).
 PREIMAGES_PROPERTY = "changes.preimages"
 
@@ -232,12 +243,42 @@ class ChangeFeed:
         before = snapshots_at(self.store, self.meta, entry.version - 1, partitions=descs)
         after = snapshots_at(self.store, self.meta, entry.version, partitions=descs)
         at = entry.committed_at.astimezone(dt.UTC)
-        if self.meta.is_cdc:
+        removed, added = _file_changes(before, after)
+        if not self.meta.is_cdc:
+            return multiset_diff(self._rows(removed), self._rows(added), entry.version, at)
+        lookup = self._key_lookup([*removed, *added])
+        if lookup is None:
             old = self._state(entry.version - 1, before)
             new = self._state(entry.version, after)
-            return keyed_diff(old, new, self.meta.primary_key, entry.version, at)
-        removed, added = _file_changes(before, after)
-        return multiset_diff(self._rows(removed), self._rows(added), entry.version, at)
+        else:
+            old = self._lookup(entry.version - 1, before, lookup)
+            new = self._lookup(entry.version, after, lookup)
+        return keyed_diff(old, new, self.meta.primary_key, entry.version, at)
+
+    def _key_lookup(self, files: Sequence[DataFile]) -> ScanFilter | None:
+        """A filter on the keys the files a version added or removed hold: only those keys'
+        merged state can differ, and the merge reader pushes a key filter below the merge, so
+        merging costs what the touched keys cost. None (read the whole state) for a composite
+        key, or when the files hold so many keys that a lookup would cost more than a read."""
+        key = self.meta.primary_key
+        if len(key) != 1:
+            return None
+        if not files:
+            return ScanFilter(predicates=(Predicate(key[0], "in", ()),))
+        if sum(f.row_count for f in files) > LOOKUP_MAX_KEYS:
+            return None
+        runs = pa.schema([self.meta.schema.field(key[0])])
+        batches = read_files(self.meta.files, files, runs, columns=list(key))
+        values = pa.Table.from_batches(list(batches), schema=runs).column(0)
+        unique = pc.unique(values.combine_chunks()).to_pylist()
+        return ScanFilter(predicates=(Predicate(key[0], "in", tuple(unique)),))
+
+    def _lookup(
+        self, version: int, snapshots: Sequence[PartitionSnapshot], keys: ScanFilter
+    ) -> pa.Table:
+        """The merged rows of the looked-up keys in these partitions at ``version``."""
+        plan = plan_scan(self.meta, version, snapshots)
+        return Scan(self.meta, plan, self.meta.user_schema.names, keys).to_arrow()
 
     def _state(self, version: int, snapshots: Sequence[PartitionSnapshot]) -> pa.Table:
         """The merged rows of these partitions at ``version`` (one row per key).
@@ -259,13 +300,13 @@ class ChangeFeed:
             return self.meta.user_schema.empty_table()
         return pa.concat_tables(parts)
 
-    def _rows(self, files: Sequence[object]) -> pa.Table:
+    def _rows(self, files: Sequence[DataFile]) -> pa.Table:
         schema = self.meta.user_schema
         if not files:
             return schema.empty_table()
         batches = read_files(
             self.meta.files,
-            files,  # type: ignore[arg-type]
+            files,
             self.meta.schema,
             columns=schema.names,
         )
@@ -274,12 +315,12 @@ class ChangeFeed:
 
 def _file_changes(
     before: Sequence[PartitionSnapshot], after: Sequence[PartitionSnapshot]
-) -> tuple[list[object], list[object]]:
+) -> tuple[list[DataFile], list[DataFile]]:
     """The files (as DataFiles) a version removed and added, over the given partitions."""
     old = {f.path: f for s in before for f in s.live_files()}
     new = {f.path: f for s in after for f in s.live_files()}
-    removed: list[object] = [f for p, f in old.items() if p not in new]
-    added: list[object] = [f for p, f in new.items() if p not in old]
+    removed = [f for p, f in old.items() if p not in new]
+    added = [f for p, f in new.items() if p not in old]
     return removed, added
 
 

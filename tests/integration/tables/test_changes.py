@@ -88,7 +88,12 @@ def test_append_table_inserts_and_copy_on_write_rewrites(catalog: Catalog):
     assert all(r["_commit_timestamp"] == history[r["_commit_version"]] for r in stamps)
 
 
-def test_cdc_table_updates_carry_pre_images_and_moves_are_updates(catalog: Catalog):
+@pytest.mark.parametrize("reads", ["key lookups", "whole partitions"])
+def test_cdc_table_updates_carry_pre_images_and_moves_are_updates(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, reads: str
+):
+    if reads == "whole partitions":  # what a version touching many keys does
+        monkeypatch.setattr("catalog.changes.LOOKUP_MAX_KEYS", 0)
     orders = cdc_table(catalog)
     orders.upsert(rows((1, "eu", 1.0), (2, "eu", 2.0)))  # v1
     orders.upsert(rows((1, "us", 1.5), (3, "us", 3.0)))  # v2: 1 moves partition

@@ -171,7 +171,9 @@ def test_changes_turn_one_scan_into_the_other(catalog: Catalog, kind: str, progr
             SCHEMA,
             primary_key=["id"],
             hash_buckets=2,
-            partition_by=["region"],
+            # a key moving partition in a sequence-ordered table is refused by upsert (its
+            # delete from the old partition has no sequence value): not partitioned there
+            partition_by=[] if kind == "cdc_sequence" else ["region"],
             properties=properties or None,
         )
     else:
