@@ -204,3 +204,27 @@ def test_a_consumer_dead_past_its_ttl_protects_nothing_and_fails_naming_both_ver
         catalog.advance_consumer(orders.name, "nobody", 5)
     with pytest.raises(ChangeFeedError, match="cannot be at 9"):
         catalog.advance_consumer(orders.name, "late", 9)
+
+
+def test_a_consumer_registered_while_expiry_decides_keeps_its_versions(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+):
+    """Expiry read no consumer when it chose its horizon; one registers before the horizon is
+    recorded. Expiry re-reads the consumers under the head lock and expires less."""
+    from catalog.maintenance.expiry import _ExpiryRun
+
+    orders = _orders_with_versions(catalog, 6)
+    before = orders.changes(3)
+    decide = _ExpiryRun.state
+
+    def decide_then_register(run: _ExpiryRun, older_than: dt.timedelta):  # type: ignore[no-untyped-def]
+        state = decide(run, older_than)
+        catalog.register_consumer(orders.name, "late-comer", 2)
+        return state
+
+    monkeypatch.setattr(_ExpiryRun, "state", decide_then_register)
+    report = orders.expire_versions(older_than=ZERO, retain_last=1)
+
+    assert report.horizon == 2 and report.versions_expired == 1  # version 1 (0 has no row)
+    assert orders.changes(3).equals(before)
+    assert catalog.consumer(orders.name, "late-comer").version == 2
