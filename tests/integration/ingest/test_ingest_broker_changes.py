@@ -38,6 +38,7 @@ from ingest.job import IngestJobConfig, IngestRun, run_ingest
 from ingest.kafka.apache_kafka import ApacheKafka, create_topic
 from tests.fixtures.broker import produce, unique_topic
 from tests.fixtures.feeds import stored_offsets
+from tests.fixtures.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 DEAD_LETTERS = "broker.dead_letters"
@@ -236,6 +237,7 @@ def transaction(
 
 
 def high_watermark(bootstrap_servers: str, topic: str) -> int:
+    """Partition 0's end as a read_committed consumer sees it (its last stable offset)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": unique_topic("hw")})
@@ -251,8 +253,11 @@ def test_a_job_reads_past_control_records_at_the_end_of_a_partition(
     topic = kafka.topic(partitions=1)
     events = Events(kafka.bootstrap_servers, topic)
     transaction(kafka.bootstrap_servers, topic, events, 5, commit=True)  # 0-4, marker 5
+    wait_for(lambda: high_watermark(kafka.bootstrap_servers, topic) == 6, "the commit marker")
     transaction(kafka.bootstrap_servers, topic, events, 2, commit=False)  # 6-7, marker 8
-    assert high_watermark(kafka.bootstrap_servers, topic) == 9  # the last 4 offsets: no data
+    # the coordinator writes a transaction's markers after commit/abort returns: until the abort
+    # marker is there, a read_committed consumer's end (the last stable offset) stays at 6
+    wait_for(lambda: high_watermark(kafka.bootstrap_servers, topic) == 9, "the abort marker")
     config = job_config(kafka.bootstrap_servers, topic, "broker.txn", tmp_path)
 
     first = run_ingest(config, spark, catalog)
@@ -267,6 +272,7 @@ def test_a_job_reads_past_control_records_at_the_end_of_a_partition(
     assert stored_offsets(catalog, config.job, topic) == {"0": 9}
 
     transaction(kafka.bootstrap_servers, topic, events, 3, commit=True)  # 9-11, marker 12
+    wait_for(lambda: high_watermark(kafka.bootstrap_servers, topic) == 13, "the commit marker")
     third = run_ingest(config, spark, catalog)
     assert third.records_read == 3
     assert stored_offsets(catalog, config.job, topic) == {"0": 13}

@@ -41,7 +41,13 @@ CRASHES = {
 
 
 def job_config(
-    stream: Feed, table: str, kafka, home: Path, starting: str, *, reader: SourceReader
+    stream: Feed,
+    table: str,
+    kafka,
+    home: Path,
+    starting: str,
+    *,
+    reader: SourceReader = SourceReader.PYTHON,
 ) -> IngestJobConfig:
     common = {
         "source_reader": reader,
