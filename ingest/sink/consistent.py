@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
@@ -314,26 +315,29 @@ def start_batch(
     started = time.monotonic()
     timings: dict[str, int] = {}
     partitions = tuple(partitions)
-    markers = read_markers(ranges, kafka, readahead)
-    timings["markers_ms"] = _ms_since(started)
-    loaded = book
-    txn_topic = ordered_topic(partitions)
-    if txn_topic is None:
-        book = markers.into(book, now)
-    else:
-        book = ordered_into(
-            book,
-            markers,
-            ranges,
-            txn_topic,
-            kafka=kafka,
-            idle_s=policy.partition_idle_s,
-            now=now,
-            ends=ends,
-        )
-    tails_started = time.monotonic()
-    tails = partition_tails(ranges, partitions, kafka)
-    timings["tails_ms"] = _ms_since(tails_started)
+    # the data partitions' tails and the transaction topic's range both wait on the broker:
+    # read at the same time (one short-lived thread, for this call only)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-tails") as pool:
+        tails_read = pool.submit(partition_tails, ranges, partitions, kafka)
+        markers = read_markers(ranges, kafka, readahead)
+        timings["markers_ms"] = _ms_since(started)
+        loaded = book
+        txn_topic = ordered_topic(partitions)
+        if txn_topic is None:
+            book = markers.into(book, now)
+        else:
+            book = ordered_into(
+                book,
+                markers,
+                ranges,
+                txn_topic,
+                kafka=kafka,
+                idle_s=policy.partition_idle_s,
+                now=now,
+                ends=ends,
+            )
+        tails = tails_read.result()
+        timings["tails_ms"] = _ms_since(started)
     candidates = book.frontier_candidates(tails) if tails else tuple(t.id for t in book.ended)
     settled = frozenset(t.id for t in book.late) | frozenset(book.recent)
     txn = BatchTransactions(
