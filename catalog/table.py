@@ -58,6 +58,7 @@ from catalog.writes import (
     conform,
     deletes,
     key_and_partition_columns,
+    run_schema,
     stage_append,
     stage_changes,
     upserts,
@@ -430,16 +431,18 @@ class Table:
         retry: RetryPolicy | None = None,
     ) -> CommitResult | StatementResult:
         """Delete rows by primary key (``keys``, CDC tables; partition columns are looked up
-        when not given), or every row matching ``where`` (both table kinds, one commit; see
-        :mod:`catalog.dml`). Either way a commit that loses to a concurrent one is rebased and
-        tried again, bounded by ``retry``.
+        when not given; a table with a ``sequence-column`` needs that column too, the value the
+        delete is ordered at), or every row matching ``where`` (both table kinds, one commit;
+        see :mod:`catalog.dml`). Either way a commit that loses to a concurrent one is rebased
+        and tried again, bounded by ``retry``.
 
         Raises:
             CommitConflict: a concurrent commit won every attempt of ``retry``.
             CommitRejected: the table was dropped, or the commit can never land as it is.
             CommitStateUnknown: the connection died during COMMIT; resolve by ``key``.
             CatalogUnavailableError: the catalog database could not be reached.
-            SchemaError: the keys lack a key column, or do not fit the table's schema.
+            SchemaError: the keys lack a key column (or the sequence column), or do not fit
+                the table's schema.
             StatementError: ``where`` names no column of the table or cannot be evaluated.
         """
         if (keys is None) == (where is None):
@@ -520,17 +523,20 @@ class Table:
         return (retry or REBASE_RETRY).run(attempt, retry_if=lost_to_concurrent_write)
 
     def _locate(self, keys: pa.Table, version: int) -> pa.Table:
-        """The given keys as they exist at ``version``, with their partition columns."""
+        """The given keys as they exist at ``version``, with their partition columns (and the
+        sequence column when ``keys`` give it: a delete is ordered at the caller's value)."""
         pk = list(self.meta.primary_key)
         missing = [c for c in pk if c not in keys.column_names]
         if missing:
             raise SchemaError(
                 f"deletes need key column {missing[0]!r}", table=self.name, column=missing[0]
             )
-        wanted = conform(self.meta, keys.select(pk), keys_only=True)
         columns = key_and_partition_columns(self.meta)
+        seq = self.meta.sequence_column
+        given = [seq] if seq is not None and seq in keys.column_names and seq not in columns else []
+        wanted = conform(self.meta, keys.select([*pk, *given]), keys_only=True)
         if wanted.num_rows == 0:
-            return pa.schema([self.meta.schema.field(c) for c in columns]).empty_table()
+            return pa.schema([self.meta.schema.field(c) for c in [*columns, *given]]).empty_table()
         found = Scan(
             self.meta,
             self.plan(version=version),
@@ -540,12 +546,21 @@ class Table:
         return found.join(wanted, keys=pk, join_type="inner")
 
     def _moved_key_deletes(self, changes: pa.Table, version: int) -> pa.Table:
+        """Deletes of the keys ``changes`` move out of their partition at ``version``. On a
+        sequence-ordered table each carries its new row's sequence value: the delete is the
+        same change as the upsert, so it orders like it against the old partition's row."""
         pk = list(self.meta.primary_key)
         parts = [c for c in self.meta.spec.columns if c not in pk]
         located = self._locate(changes.select(pk), version)
         if located.num_rows == 0:
-            return deletes(self.meta, located)
-        new = changes.select([*pk, *parts]).rename_columns([*pk, *(f"__new_{c}" for c in parts)])
+            return run_schema(self.meta).empty_table()
+        seq = self.meta.sequence_column
+        carried = (
+            [seq] if seq is not None and seq not in key_and_partition_columns(self.meta) else []
+        )
+        new = changes.select([*pk, *parts, *carried]).rename_columns(
+            [*pk, *(f"__new_{c}" for c in parts), *carried]
+        )
         joined = located.join(new, keys=pk, join_type="inner")
         moved = None
         for column in parts:
@@ -554,7 +569,7 @@ class Table:
                 pc.not_equal(old_v, new_v), pc.xor(pc.is_null(old_v), pc.is_null(new_v))
             )
             moved = differs if moved is None else pc.or_(moved, differs)
-        return deletes(self.meta, joined.filter(moved).select([*pk, *parts]))
+        return deletes(self.meta, joined.filter(moved).select([*pk, *parts, *carried]))
 
     def evolve_schema(
         self, new_schema: pa.Schema, *, allow_drop: bool = False, retry: RetryPolicy | None = None

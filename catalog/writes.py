@@ -214,6 +214,15 @@ def key_and_partition_columns(meta: TableMeta) -> list[str]:
     return list(dict.fromkeys([*meta.primary_key, *meta.spec.columns]))
 
 
+def delete_columns(meta: TableMeta) -> list[str]:
+    """The columns a delete change carries: where the row lives and, on a sequence-ordered
+    table, the sequence value the delete is ordered at."""
+    columns = key_and_partition_columns(meta)
+    if meta.sequence_column is not None and meta.sequence_column not in columns:
+        columns.append(meta.sequence_column)
+    return columns
+
+
 def run_schema(meta: TableMeta) -> pa.Schema:
     """The schema of merge-run files: key columns required, every other column nullable
     (delete rows carry only their key), plus the row-kind column."""
@@ -245,12 +254,15 @@ def upserts(meta: TableMeta, data: pa.Table) -> pa.Table:
 
 
 def deletes(meta: TableMeta, keys: pa.Table) -> pa.Table:
-    """Delete rows: the key (and partition) columns set, every other column null."""
-    located = key_and_partition_columns(meta)
+    """Delete rows: the key (and partition) columns set, every other column null; on a
+    sequence-ordered table the sequence value too, since the merge orders a key's changes by
+    it and a delete without one could not say whether it comes before or after the key's row."""
+    located = delete_columns(meta)
     missing = [c for c in located if c not in keys.column_names]
     if missing:
+        why = " (the table's sequence column)" if missing[0] == meta.sequence_column else ""
         raise SchemaError(
-            f"deletes need column {missing[0]!r}", table=str(meta.name), column=missing[0]
+            f"deletes need column {missing[0]!r}{why}", table=str(meta.name), column=missing[0]
         )
     rows = conform(meta, keys.select(located), keys_only=True)
     schema = run_schema(meta)
