@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,7 +59,6 @@ from catalog.writes import (
     conform,
     deletes,
     key_and_partition_columns,
-    run_schema,
     stage_append,
     stage_changes,
     upserts,
@@ -396,7 +396,7 @@ class Table:
         def stage(base: int) -> TableCommit:
             changes = upserts(self.meta, data)
             if moves:  # a key whose partition value changed leaves its old partition
-                changes = pa.concat_tables([changes, self._moved_key_deletes(changes, base)])
+                changes = self._with_moved_key_deletes(changes, base)
             return stage_changes(self.meta, changes, options or DEFAULT_WRITE_OPTIONS, base)
 
         return self._commit_rebasing(stage, key, depends_on_state=moves, retry=retry)
@@ -522,16 +522,17 @@ class Table:
 
         return (retry or REBASE_RETRY).run(attempt, retry_if=lost_to_concurrent_write)
 
-    def _locate(self, keys: pa.Table, version: int) -> pa.Table:
-        """The given keys as they exist at ``version``, with their partition columns (and the
-        sequence column when ``keys`` give it: a delete is ordered at the caller's value)."""
+    def _locate(self, keys: pa.Table, version: int, *, stored: Sequence[str] = ()) -> pa.Table:
+        """The given keys as they exist at ``version``, with their partition columns and the
+        ``stored`` ones (and the sequence column when ``keys`` give it: a delete is ordered at
+        the caller's value)."""
         pk = list(self.meta.primary_key)
         missing = [c for c in pk if c not in keys.column_names]
         if missing:
             raise SchemaError(
                 f"deletes need key column {missing[0]!r}", table=self.name, column=missing[0]
             )
-        columns = key_and_partition_columns(self.meta)
+        columns = [*key_and_partition_columns(self.meta), *stored]
         seq = self.meta.sequence_column
         given = [seq] if seq is not None and seq in keys.column_names and seq not in columns else []
         wanted = conform(self.meta, keys.select([*pk, *given]), keys_only=True)
@@ -545,22 +546,30 @@ class Table:
         ).to_arrow()
         return found.join(wanted, keys=pk, join_type="inner")
 
-    def _moved_key_deletes(self, changes: pa.Table, version: int) -> pa.Table:
-        """Deletes of the keys ``changes`` move out of their partition at ``version``. On a
-        sequence-ordered table each carries its new row's sequence value: the delete is the
-        same change as the upsert, so it orders like it against the old partition's row."""
+    def _with_moved_key_deletes(self, changes: pa.Table, version: int) -> pa.Table:
+        """``changes`` and deletes of the keys they move out of their partition at ``version``.
+
+        On a sequence-ordered table a delete carries its new row's sequence value: it is the
+        same change as the upsert, so it orders like it against the old partition's row. A new
+        row ordered below the key's stored row (a replay) is dropped with its delete: the
+        delete would lose in the old partition, but nothing would overrule the row in its new
+        one, leaving the key in both."""
         pk = list(self.meta.primary_key)
         parts = [c for c in self.meta.spec.columns if c not in pk]
-        located = self._locate(changes.select(pk), version)
-        if located.num_rows == 0:
-            return run_schema(self.meta).empty_table()
         seq = self.meta.sequence_column
         carried = (
             [seq] if seq is not None and seq not in key_and_partition_columns(self.meta) else []
         )
+        located = self._locate(changes.select(pk), version, stored=carried)
+        if located.num_rows == 0:
+            return changes
+        located = located.rename_columns(
+            [f"__old_{c}" if c in carried else c for c in located.column_names]
+        )
         new = changes.select([*pk, *parts, *carried]).rename_columns(
             [*pk, *(f"__new_{c}" for c in parts), *carried]
         )
+        new = new.append_column("__row", pa.array(np.arange(changes.num_rows)))
         joined = located.join(new, keys=pk, join_type="inner")
         moved = None
         for column in parts:
@@ -569,7 +578,16 @@ class Table:
                 pc.not_equal(old_v, new_v), pc.xor(pc.is_null(old_v), pc.is_null(new_v))
             )
             moved = differs if moved is None else pc.or_(moved, differs)
-        return deletes(self.meta, joined.filter(moved).select([*pk, *parts, *carried]))
+        for column in carried:
+            stale = pc.fill_null(
+                pc.less(joined.column(column), joined.column(f"__old_{column}")), False
+            )
+            keep = np.ones(changes.num_rows, dtype=np.bool_)
+            keep[joined.filter(pc.and_(moved, stale)).column("__row").to_numpy()] = False
+            changes = changes.filter(pa.array(keep))
+            moved = pc.and_(moved, pc.invert(stale))
+        moving = deletes(self.meta, joined.filter(moved).select([*pk, *parts, *carried]))
+        return pa.concat_tables([changes, moving])
 
     def evolve_schema(
         self, new_schema: pa.Schema, *, allow_drop: bool = False, retry: RetryPolicy | None = None
