@@ -59,7 +59,7 @@ from catalog.changefeed import (
     net_changes,
 )
 from catalog.errors import ChangeFeedError, ChangesExpiredError, SchemaError
-from catalog.files.pruning import Predicate
+from catalog.files.pruning import Predicate, to_expression
 from catalog.files.reader import read_files
 from catalog.maintenance.expiry import mquery
 from catalog.meta import TableMeta
@@ -89,6 +89,8 @@ class VersionEntry:
     committed_at: dt.datetime
     partitions: tuple[str, ...]
     partition_ops: tuple[CommitOp, ...]
+    rows_added: int = 0
+    """Rows of the files the version added: a rate limit's estimate of its changes."""
 
     @property
     def changed_partitions(self) -> list[str]:
@@ -142,6 +144,183 @@ def check_base(
     )
 
 
+@dataclass(frozen=True)
+class VersionDelta:
+    """What one version did to some partitions: their snapshots before and after it.
+
+    Planning it needs the catalog; deriving its rows (:func:`derive_changes`) needs the files
+    alone, so a delta travels to a Spark executor (see :mod:`ingest.spark_read.changes`)."""
+
+    entry: VersionEntry
+    before: tuple[PartitionSnapshot, ...]
+    after: tuple[PartitionSnapshot, ...]
+
+    def by_partition(self) -> list[VersionDelta]:
+        """One delta per partition: a version's partitions change independently (a key lives
+        in one partition at a time, a moved key is a delete in one and an insert in another)."""
+        descs = sorted({s.partition_desc for s in (*self.before, *self.after)})
+        return [
+            VersionDelta(
+                self.entry,
+                tuple(s for s in self.before if s.partition_desc == d),
+                tuple(s for s in self.after if s.partition_desc == d),
+            )
+            for d in descs
+        ]
+
+
+def plan_delta(store: PgStore, meta: TableMeta, entry: VersionEntry) -> VersionDelta:
+    """The snapshots of the partitions ``entry``'s version changed, before and after it."""
+    descs = entry.changed_partitions
+    if not descs:
+        return VersionDelta(entry, (), ())
+    before = snapshots_at(store, meta, entry.version - 1, partitions=descs)
+    after = snapshots_at(store, meta, entry.version, partitions=descs)
+    return VersionDelta(entry, tuple(before), tuple(after))
+
+
+def list_versions(store: PgStore, meta: TableMeta, first: int, last: int) -> list[VersionEntry]:
+    """The versions ``first`` to ``last`` (both included) with what each did."""
+    if first > last:
+        return []
+    rows = store.fetch_all(
+        cquery("versions_between"), {"table_id": meta.table_id, "first": first, "last": last}
+    )
+    return [
+        VersionEntry(
+            version=int(r["version"]),
+            op=CommitOp(r["commit_op"]),
+            committed_at=r["committed_at"],
+            partitions=tuple(r["partitions"]),
+            partition_ops=tuple(CommitOp(o) for o in r["partition_ops"]),
+            rows_added=int(r["rows_added"] or 0),
+        )
+        for r in rows
+    ]
+
+
+def feed_schema(meta: TableMeta, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The schema of a change read: the (chosen) user columns, nullable, then the three."""
+    user = meta.user_schema
+    if columns is not None:
+        user = pa.schema([user.field(c) for c in columns])
+    return change_schema(pa.schema([f.with_nullable(True) for f in user]))
+
+
+def check_columns(meta: TableMeta, columns: Sequence[str] | None, scan_filter: ScanFilter) -> None:
+    names = meta.user_schema.names
+    for name in [*(columns or ()), *(p.column for p in scan_filter.predicates)]:
+        if name not in names:
+            raise SchemaError(
+                f"column {name!r} is not in {meta.name}", table=str(meta.name), column=name
+            )
+
+
+def finish_changes(
+    meta: TableMeta,
+    changes: pa.Table,
+    *,
+    columns: Sequence[str] | None = None,
+    scan_filter: ScanFilter | None = None,
+) -> pa.Table:
+    """Pre-images dropped if the table says so, then the filter and the columns."""
+    if not preimages_wanted(meta) and changes.num_rows:
+        changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), PREIMAGE))
+    expression = scan_filter.expression if scan_filter is not None else None
+    if expression is None and scan_filter is not None and scan_filter.predicates:
+        expression = to_expression(scan_filter.predicates, meta.user_schema)
+    if expression is not None and changes.num_rows:
+        changes = changes.filter(expression)
+    wanted = [*(columns or meta.user_schema.names)]
+    out = changes.select([*wanted, CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP])
+    return out.cast(feed_schema(meta, columns))
+
+
+class StateCache:
+    """Merged partition states by partition version, so consecutive versions of one read
+    read each state once: the state after one version is the state before the next that
+    touches the partition. Only the last version's states are kept."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, int], pa.Table] = {}
+
+    def states(
+        self, meta: TableMeta, version: int, snapshots: Sequence[PartitionSnapshot]
+    ) -> pa.Table:
+        """The merged rows of these partitions at ``version`` (one row per key)."""
+        parts, kept = [], {}
+        for snapshot in snapshots:
+            handle = (snapshot.partition_desc, snapshot.head.version)
+            state = self._states.get(handle)
+            if state is None:
+                plan = plan_scan(meta, version, [snapshot])
+                state = Scan(meta, plan, meta.user_schema.names).to_arrow()
+            kept[handle] = state
+            parts.append(state)
+        self._states = kept
+        if not parts:
+            return meta.user_schema.empty_table()
+        return pa.concat_tables(parts)
+
+
+def derive_changes(
+    meta: TableMeta, delta: VersionDelta, cache: StateCache | None = None
+) -> pa.Table:
+    """Every change ``delta``'s version made to its partitions, pre-images included, all user
+    columns - from the files alone (no catalog)."""
+    entry = delta.entry
+    if not delta.before and not delta.after:
+        return empty_changes(meta.user_schema)
+    at = entry.committed_at.astimezone(dt.UTC)
+    removed, added = _file_changes(delta.before, delta.after)
+    if not meta.is_cdc:
+        return multiset_diff(_rows(meta, removed), _rows(meta, added), entry.version, at)
+    lookup = _key_lookup(meta, [*removed, *added])
+    if lookup is None:
+        cache = cache or StateCache()
+        old = cache.states(meta, entry.version - 1, delta.before)
+        new = cache.states(meta, entry.version, delta.after)
+    else:
+        old = _lookup(meta, entry.version - 1, delta.before, lookup)
+        new = _lookup(meta, entry.version, delta.after, lookup)
+    return keyed_diff(old, new, meta.primary_key, entry.version, at)
+
+
+def _key_lookup(meta: TableMeta, files: Sequence[DataFile]) -> ScanFilter | None:
+    """A filter on the keys the files a version added or removed hold: only those keys'
+    merged state can differ, and the merge reader pushes a key filter below the merge, so
+    merging costs what the touched keys cost. None (read the whole state) for a composite
+    key, or when the files hold so many keys that a lookup would cost more than a read."""
+    key = meta.primary_key
+    if len(key) != 1:
+        return None
+    if not files:
+        return ScanFilter(predicates=(Predicate(key[0], "in", ()),))
+    if sum(f.row_count for f in files) > LOOKUP_MAX_KEYS:
+        return None
+    runs = pa.schema([meta.schema.field(key[0])])
+    batches = read_files(meta.files, files, runs, columns=list(key))
+    values = pa.Table.from_batches(list(batches), schema=runs).column(0)
+    unique = pc.unique(values.combine_chunks()).to_pylist()
+    return ScanFilter(predicates=(Predicate(key[0], "in", tuple(unique)),))
+
+
+def _lookup(
+    meta: TableMeta, version: int, snapshots: Sequence[PartitionSnapshot], keys: ScanFilter
+) -> pa.Table:
+    """The merged rows of the looked-up keys in these partitions at ``version``."""
+    plan = plan_scan(meta, version, snapshots)
+    return Scan(meta, plan, meta.user_schema.names, keys).to_arrow()
+
+
+def _rows(meta: TableMeta, files: Sequence[DataFile]) -> pa.Table:
+    schema = meta.user_schema
+    if not files:
+        return schema.empty_table()
+    batches = read_files(meta.files, files, meta.schema, columns=schema.names)
+    return pa.Table.from_batches(list(batches), schema=schema)
+
+
 @dataclass
 class ChangeFeed:
     """The changes of versions ``first`` to ``last`` (both included) of one table.
@@ -160,42 +339,17 @@ class ChangeFeed:
     filter: FilterSpec = None
 
     def __post_init__(self) -> None:
-        names = self.meta.user_schema.names
         self._filter = ScanFilter.of(self.filter)
-        for name in [*(self.columns or ()), *(p.column for p in self._filter.predicates)]:
-            if name not in names:
-                raise SchemaError(
-                    f"column {name!r} is not in {self.meta.name}",
-                    table=str(self.meta.name),
-                    column=name,
-                )
-        self._preimages = preimages_wanted(self.meta)
-        self._states: dict[tuple[str, int], pa.Table] = {}
+        check_columns(self.meta, self.columns, self._filter)
+        preimages_wanted(self.meta)  # a bad property fails here, before any read
+        self._cache = StateCache()
 
     @property
     def schema(self) -> pa.Schema:
-        user = self.meta.user_schema
-        if self.columns is not None:
-            user = pa.schema([user.field(c) for c in self.columns])
-        return change_schema(pa.schema([f.with_nullable(True) for f in user]))
+        return feed_schema(self.meta, self.columns)
 
     def versions(self) -> list[VersionEntry]:
-        if self.first > self.last:
-            return []
-        rows = self.store.fetch_all(
-            cquery("versions_between"),
-            {"table_id": self.meta.table_id, "first": self.first, "last": self.last},
-        )
-        return [
-            VersionEntry(
-                version=int(r["version"]),
-                op=CommitOp(r["commit_op"]),
-                committed_at=r["committed_at"],
-                partitions=tuple(r["partitions"]),
-                partition_ops=tuple(CommitOp(o) for o in r["partition_ops"]),
-            )
-            for r in rows
-        ]
+        return list_versions(self.store, self.meta, self.first, self.last)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         if self.net:
@@ -218,99 +372,12 @@ class ChangeFeed:
         folded = net_changes(pa.concat_tables(parts), self.meta.primary_key)
         return self._finish(folded)
 
-    def _finish(self, changes: pa.Table) -> pa.Table:
-        """Pre-images dropped if the table says so, then the filter and the columns."""
-        if not self._preimages and changes.num_rows:
-            changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), PREIMAGE))
-        expression = self._filter.expression
-        if expression is None and self._filter.predicates:
-            from catalog.files.pruning import to_expression
-
-            expression = to_expression(self._filter.predicates, self.meta.user_schema)
-        if expression is not None and changes.num_rows:
-            changes = changes.filter(expression)
-        wanted = [*(self.columns or self.meta.user_schema.names)]
-        out = changes.select([*wanted, CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP])
-        return out.cast(self.schema)
-
-    # -- one version ------------------------------------------------------------------------
-
     def version_changes(self, entry: VersionEntry) -> pa.Table:
         """Every change ``entry``'s version made, pre-images included, all user columns."""
-        descs = entry.changed_partitions
-        if not descs:
-            return empty_changes(self.meta.user_schema)
-        before = snapshots_at(self.store, self.meta, entry.version - 1, partitions=descs)
-        after = snapshots_at(self.store, self.meta, entry.version, partitions=descs)
-        at = entry.committed_at.astimezone(dt.UTC)
-        removed, added = _file_changes(before, after)
-        if not self.meta.is_cdc:
-            return multiset_diff(self._rows(removed), self._rows(added), entry.version, at)
-        lookup = self._key_lookup([*removed, *added])
-        if lookup is None:
-            old = self._state(entry.version - 1, before)
-            new = self._state(entry.version, after)
-        else:
-            old = self._lookup(entry.version - 1, before, lookup)
-            new = self._lookup(entry.version, after, lookup)
-        return keyed_diff(old, new, self.meta.primary_key, entry.version, at)
+        return derive_changes(self.meta, plan_delta(self.store, self.meta, entry), self._cache)
 
-    def _key_lookup(self, files: Sequence[DataFile]) -> ScanFilter | None:
-        """A filter on the keys the files a version added or removed hold: only those keys'
-        merged state can differ, and the merge reader pushes a key filter below the merge, so
-        merging costs what the touched keys cost. None (read the whole state) for a composite
-        key, or when the files hold so many keys that a lookup would cost more than a read."""
-        key = self.meta.primary_key
-        if len(key) != 1:
-            return None
-        if not files:
-            return ScanFilter(predicates=(Predicate(key[0], "in", ()),))
-        if sum(f.row_count for f in files) > LOOKUP_MAX_KEYS:
-            return None
-        runs = pa.schema([self.meta.schema.field(key[0])])
-        batches = read_files(self.meta.files, files, runs, columns=list(key))
-        values = pa.Table.from_batches(list(batches), schema=runs).column(0)
-        unique = pc.unique(values.combine_chunks()).to_pylist()
-        return ScanFilter(predicates=(Predicate(key[0], "in", tuple(unique)),))
-
-    def _lookup(
-        self, version: int, snapshots: Sequence[PartitionSnapshot], keys: ScanFilter
-    ) -> pa.Table:
-        """The merged rows of the looked-up keys in these partitions at ``version``."""
-        plan = plan_scan(self.meta, version, snapshots)
-        return Scan(self.meta, plan, self.meta.user_schema.names, keys).to_arrow()
-
-    def _state(self, version: int, snapshots: Sequence[PartitionSnapshot]) -> pa.Table:
-        """The merged rows of these partitions at ``version`` (one row per key).
-
-        A partition's state is read once per partition version: the state after one version is
-        the state before the next that touches the partition, so consecutive versions of a
-        stream read each bucket once, not twice. Only the last version's states are kept."""
-        parts, kept = [], {}
-        for snapshot in snapshots:
-            handle = (snapshot.partition_desc, snapshot.head.version)
-            state = self._states.get(handle)
-            if state is None:
-                plan = plan_scan(self.meta, version, [snapshot])
-                state = Scan(self.meta, plan, self.meta.user_schema.names).to_arrow()
-            kept[handle] = state
-            parts.append(state)
-        self._states = kept
-        if not parts:
-            return self.meta.user_schema.empty_table()
-        return pa.concat_tables(parts)
-
-    def _rows(self, files: Sequence[DataFile]) -> pa.Table:
-        schema = self.meta.user_schema
-        if not files:
-            return schema.empty_table()
-        batches = read_files(
-            self.meta.files,
-            files,
-            self.meta.schema,
-            columns=schema.names,
-        )
-        return pa.Table.from_batches(list(batches), schema=schema)
+    def _finish(self, changes: pa.Table) -> pa.Table:
+        return finish_changes(self.meta, changes, columns=self.columns, scan_filter=self._filter)
 
 
 def _file_changes(

@@ -4,7 +4,7 @@
 -- name: versions_between
 -- The versions of a range with what each did to which partitions (a version that touched no
 -- partition - a table's creation - has none).
-SELECT v.version, v.commit_op, v.committed_at,
+SELECT v.version, v.commit_op, v.committed_at, (v.summary ->> 'rows_added')::bigint AS rows_added,
        coalesce(array_agg(p.partition_desc ORDER BY p.partition_desc)
                 FILTER (WHERE p.partition_desc IS NOT NULL), '{}') AS partitions,
        coalesce(array_agg(p.commit_op ORDER BY p.partition_desc)
@@ -12,7 +12,7 @@ SELECT v.version, v.commit_op, v.committed_at,
 FROM table_version v
 LEFT JOIN partition_info p ON p.table_id = v.table_id AND p.table_version = v.version
 WHERE v.table_id = %(table_id)s AND v.version BETWEEN %(first)s AND %(last)s
-GROUP BY v.version, v.commit_op, v.committed_at
+GROUP BY v.version, v.commit_op, v.committed_at, v.summary
 ORDER BY v.version
 
 -- name: first_version_since
