@@ -31,24 +31,44 @@ from typing import Any
 import pyarrow as pa
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from catalog import (
-    Catalog,
     Scan,
     ScanFilter,
-    StoreSettings,
     Table,
     partition_filter,
     without_internal,
 )
+from catalog.changes import feed_schema
 from catalog.files import Predicate
 from catalog.logs import get_logger
+from ingest.spark_read.changes import (
+    ChangeBatchReader,
+    ChangePlanner,
+    ChangeSpec,
+    ChangeStreamReader,
+    change_columns,
+)
+from ingest.spark_read.connection import connect
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
 from ingest.spark_read.filters import ColumnRef, split_filters
-from ingest.spark_read.options import CATALOG, ReadOptions, parse_options
+from ingest.spark_read.options import (
+    CATALOG,
+    ReadOptions,
+    check_change_options,
+    is_change_read,
+    parse_options,
+    parse_stream_options,
+)
 from ingest.spark_read.planning import LakestreamPartition, ReadSpec, input_partitions
 from ingest.spark_read.read import read_partition
 from ingest.spark_read.types import spark_schema
@@ -98,7 +118,13 @@ class LakestreamDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The table's current schema in Spark types, without lakestream's internal columns
-        (a user-given schema may name them); pins the version this DataFrame reads."""
+        (a user-given schema may name them); pins the version this DataFrame reads. A change
+        read (stream or batch) adds ``_change_type``, ``_commit_version``, ``_commit_timestamp``."""
+        if is_change_read(self.options):
+            settings = check_change_options(self.options)
+            with connect(settings.dsn, settings.catalog_schema) as catalog:
+                meta = catalog.load_table(settings.table).meta
+            return spark_schema(feed_schema(meta))
         return spark_schema(without_internal(self._pin().schema))
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -108,11 +134,25 @@ class LakestreamDataSource(DataSource):
         the ``catalog`` option is dropped from it once the reader has the DSN.
         """
         settings = self.settings()
+        if settings.changes is not None:
+            return ChangeBatchReader(self._change_planner(settings, schema))
         pinned = self._pinned or self._pin()  # a user-given schema skips schema()
         columns = column_refs(schema, pinned.schema)
         output = to_arrow_schema(schema, timezone="UTC")  # what Spark checks batches against
         self.options.pop(CATALOG, None)
         return LakestreamReader(settings, pinned, columns, output)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The reader of a stream of the table's changes (see :mod:`ingest.spark_read.changes`)."""
+        return ChangeStreamReader(self._change_planner(parse_stream_options(self.options), schema))
+
+    def _change_planner(self, settings: ReadOptions, schema: StructType) -> ChangePlanner:
+        with connect(settings.dsn, settings.catalog_schema) as catalog:
+            meta = catalog.load_table(settings.table).meta
+        output = to_arrow_schema(schema, timezone="UTC")
+        spec = ChangeSpec(meta, change_columns(output, meta.user_schema), output)
+        self.options.pop(CATALOG, None)
+        return ChangePlanner(settings, spec)
 
     def _pin(self) -> PinnedTable:
         settings = self.settings()
@@ -221,10 +261,3 @@ def column_refs(schema: StructType, table_schema: pa.Schema) -> dict[str, Column
             raise ReadOptionError("schema", f"column {spark_name!r} is not in the table")
         refs[spark_name] = ColumnRef(name, table_schema.field(name).type)
     return refs
-
-
-def connect(dsn: SecretStr, schema: str) -> Catalog:
-    """A small, read-only use of the catalog: one connection; it creates and migrates nothing."""
-    return Catalog.connect(
-        dsn.get_secret_value(), settings=StoreSettings(pool_size=1, schema=schema), create=False
-    )
