@@ -9,6 +9,7 @@ bring back an older version of a key.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -152,8 +153,10 @@ class Scan:
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Batches of the result, partition by partition, in plan order.
 
-        Plain partitions stream file by file; merge-on-read buckets are read ahead on a thread
-        pool (:func:`~catalog.files.reader.read_merged_buckets`: memory bounded by a few buckets).
+        Plain partitions stream in file order, the files of the current schema read ahead
+        together by Arrow (:func:`~catalog.files.reader.read_files`); merge-on-read buckets are
+        read ahead on a thread pool (:func:`~catalog.files.reader.read_merged_buckets`: memory
+        bounded by a few buckets).
         """
         target = self.schema
         for batches in self._partition_batches():
@@ -171,11 +174,16 @@ class Scan:
         return sum(batch.num_rows for batch in self.to_batches())
 
     def _partition_batches(self) -> Iterator[Iterable[pa.RecordBatch]]:
+        """Each merge-on-read bucket's batches, and each run of consecutive plain partitions'
+        batches as one read (its files read ahead together), in plan order."""
         parts = self.partitions()
         merged = self._read_merged([p for p in parts if p.merge])
         try:
-            for part in parts:
-                yield next(merged) if part.merge else self._read_plain(part)
+            for merge, group in itertools.groupby(parts, key=lambda part: part.merge):
+                if merge:
+                    yield from (next(merged) for _ in group)
+                else:
+                    yield self._read_plain(list(group))
         finally:
             merged.close()
 
@@ -197,12 +205,13 @@ class Scan:
             row_filter=self.scan_filter.row_filter,
         )
 
-    def _read_plain(self, part: PartitionScan) -> Iterator[pa.RecordBatch]:
+    def _read_plain(self, parts: Sequence[PartitionScan]) -> Iterator[pa.RecordBatch]:
         meta = self.meta
         return read_files(
             meta.files,
-            part.files,
+            [file for part in parts for file in part.files],
             meta.schema,
             columns=self._read_columns,
             row_filter=self.scan_filter.row_filter,
+            schema_id=meta.current_schema_id,
         )

@@ -4,11 +4,16 @@ Both readers take the *current* table schema and read every file under it
 (:func:`catalog.files.evolution.align_to_schema`), so files written under older schemas read
 with added columns as nulls and widened types cast.
 
-Plain scan (:func:`read_files`): files one after another, each through a ``pyarrow.dataset``
-scanner yielding batches of at most ``batch_size`` rows. Memory is bounded by the batches of
-one file in flight (the scanner's read-ahead, 16 batches by default), not by the file list.
-With :class:`Predicate` filters, files whose statistics exclude a match are skipped before they
-are opened, and the filter is pushed into the Parquet scan (row-group statistics).
+Plain scan (:func:`read_files`): batches of at most ``batch_size`` rows, in file order. Given
+the id of the schema it reads under, consecutive files written under that schema go to
+``pyarrow.dataset`` as one file list with that schema: Arrow opens, decodes and filters several
+files at once on its own thread pool and skips per-file discovery, which is what a table of many
+small files (a never-compacted stream of appends) pays for most - a dataset and scanner per file
+cost more than its rows. Files of older schemas (and bare paths, whose schema is unknown) are
+read one by one and aligned. Memory is bounded by the scanner's read-ahead (a few files, each
+up to 16 batches in flight), not by the file list. With :class:`Predicate` filters, files whose
+statistics exclude a match are skipped before they are opened, and the filter is pushed into
+the Parquet scan (row-group statistics).
 
 Merge-on-read (:func:`read_merged`): the runs of ONE bucket are read whole (projected columns
 only), merged with the vectorised kernel of :mod:`catalog.files.merge` and yielded in batches.
@@ -198,22 +203,50 @@ def read_files(
     columns: Sequence[str] | None = None,
     row_filter: RowFilter = None,
     batch_size: int = DEFAULT_BATCH_ROWS,
+    schema_id: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the rows of plain data files (append, compaction or update history) in order.
 
     ``files`` are DataFiles (their statistics prune) or paths relative to ``location``.
-    Batches follow ``schema`` restricted to ``columns`` (all columns by default).
+    Batches follow ``schema`` restricted to ``columns`` (all columns by default). ``schema_id``
+    is ``schema``'s id in the table: DataFiles written under it are read together, concurrently
+    (see the module doc); without it every file is read alone, as one of unknown schema.
     """
     predicates, expression = _split_filter(row_filter, schema)
     wanted = list(columns) if columns is not None else schema.names
     _subschema(schema, [*wanted, *(p.column for p in predicates)])  # unknown columns fail early
     storage = storage_for(location)
-    for file in files:
-        if not _skip(file, predicates, schema):
-            path = _path(storage, file)
-            yield from _scan_file(
-                storage.filesystem, path, schema, wanted, expression, batch_size=batch_size
-            )
+    fs = storage.filesystem
+    kept = (file for file in files if not _skip(file, predicates, schema))
+
+    def current(file: DataFile | str) -> bool:
+        return schema_id is not None and isinstance(file, DataFile) and file.schema_id == schema_id
+
+    for together, group in itertools.groupby(kept, key=current):
+        paths = [_path(storage, file) for file in group]
+        if together:
+            yield from _scan_files(fs, paths, schema, wanted, expression, batch_size=batch_size)
+            continue
+        for path in paths:
+            yield from _scan_file(fs, path, schema, wanted, expression, batch_size=batch_size)
+
+
+def _scan_files(
+    fs: pafs.FileSystem,
+    paths: list[str],
+    schema: pa.Schema,
+    columns: Sequence[str],
+    expression: pc.Expression | None,
+    *,
+    batch_size: int,
+) -> Iterator[pa.RecordBatch]:
+    """Files that all hold ``schema``'s columns as they are, as ONE dataset: Arrow reads ahead
+    over the list on its thread pool and yields batches in file order."""
+    out = _subschema(schema, columns)
+    scanner = _dataset(paths, fs, schema).scanner(
+        columns=list(columns), filter=expression, batch_size=batch_size
+    )
+    yield from (_conform(b, out) for b in scanner.to_batches() if b.num_rows)
 
 
 # ------------------------------------------------------------------------ merge-on-read

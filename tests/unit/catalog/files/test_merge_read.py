@@ -562,3 +562,48 @@ def test_whole_files_keep_file_order_and_read_old_schemas_aligned(tmp_path: Path
     assert table.schema == new
     assert table.column("id").to_pylist() == list(range(60))
     assert table.column("note").to_pylist()[20:40] == [None] * 20
+
+
+def evolved_files(location: Path, count: int, old_ones: Sequence[int]) -> list[DataFile]:
+    """``count`` files of 5 rows (ids in file order); those in ``old_ones`` written under schema
+    0 (``id`` int32, no ``note``), the others under schema 1 (:data:`EVOLVED`)."""
+    old = pa.schema([("id", pa.int32())])
+    files = []
+    for i in range(count):
+        schema, schema_id = (old, 0) if i in old_ones else (EVOLVED, 1)
+        rows = {"id": pa.array(range(i * 5, i * 5 + 5), schema.field("id").type)}
+        if schema_id:
+            rows["note"] = pa.array([f"n{i}"] * 5)
+        written = write_data_file(pa.table(rows, schema=schema), location, options=FAST)
+        files.append(written.model_copy(update={"schema_id": schema_id}))
+    return files
+
+
+EVOLVED = pa.schema([("id", pa.int64()), ("note", pa.string())])
+
+
+def test_plain_scan_of_many_files_keeps_file_order_across_schemas(tmp_path: Path) -> None:
+    files = evolved_files(tmp_path, 40, old_ones=(10, 11, 30))
+
+    batches = list(read_files(tmp_path, files, EVOLVED, schema_id=1))
+
+    table = pa.Table.from_batches(batches)
+    assert table.schema == EVOLVED
+    assert table.column("id").to_pylist() == list(range(200))
+    notes = table.column("note").to_pylist()
+    assert notes[50:60] == [None] * 10 and notes[150:155] == [None] * 5
+    assert notes[60:65] == ["n12"] * 5
+
+
+def test_plain_scan_of_many_files_prunes_filters_and_projects(tmp_path: Path) -> None:
+    files = evolved_files(tmp_path, 40, old_ones=(30,))
+    gone = files[0].model_copy(update={"path": "data/gone.parquet"})  # pruned, never opened
+    predicates = [Predicate("id", ">=", 148), Predicate("id", "<", 153)]
+
+    batches = read_files(
+        tmp_path, [gone, *files[1:]], EVOLVED, columns=["note"], row_filter=predicates, schema_id=1
+    )
+
+    assert pa.Table.from_batches(list(batches)).to_pydict() == {
+        "note": ["n29", "n29", None, None, None]
+    }
