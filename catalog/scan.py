@@ -22,6 +22,7 @@ from catalog.files.bucketing import bucket_ids
 from catalog.files.pruning import Predicate, may_match
 from catalog.files.reader import read_files, read_merged_buckets
 from catalog.files.stats import encode_stat
+from catalog.manifest import FileManifest
 from catalog.meta import TableMeta
 from catalog.model import ColumnStats
 from catalog.partitioning import typed_value
@@ -209,7 +210,7 @@ class Scan:
         meta = self.meta
         return read_files(
             meta.files,
-            [file for part in parts for file in part.files],
+            FileManifest(pa.concat_tables([part.manifest.table for part in parts])),
             meta.schema,
             columns=self._read_columns,
             row_filter=self.scan_filter.row_filter,

@@ -57,6 +57,7 @@ from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
 from catalog.files.storage import Location, Storage, storage_for
+from catalog.manifest import FileManifest
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_UPSERT,
@@ -197,7 +198,7 @@ def _read_aligned(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table
 
 def read_files(
     location: Location,
-    files: Sequence[DataFile | str],
+    files: Sequence[DataFile | str] | FileManifest,
     schema: pa.Schema,
     *,
     columns: Sequence[str] | None = None,
@@ -207,28 +208,48 @@ def read_files(
 ) -> Iterator[pa.RecordBatch]:
     """Stream the rows of plain data files (append, compaction or update history) in order.
 
-    ``files`` are DataFiles (their statistics prune) or paths relative to ``location``.
-    Batches follow ``schema`` restricted to ``columns`` (all columns by default). ``schema_id``
-    is ``schema``'s id in the table: DataFiles written under it are read together, concurrently
-    (see the module doc); without it every file is read alone, as one of unknown schema.
+    ``files`` are DataFiles or a plan's :class:`~catalog.manifest.FileManifest` (their
+    statistics prune), or paths relative to ``location``. Batches follow ``schema`` restricted
+    to ``columns`` (all columns by default). ``schema_id`` is ``schema``'s id in the table: files
+    written under it are read together, concurrently (see the module doc); without it every file
+    is read alone, as one of unknown schema.
     """
     predicates, expression = _split_filter(row_filter, schema)
     wanted = list(columns) if columns is not None else schema.names
     _subschema(schema, [*wanted, *(p.column for p in predicates)])  # unknown columns fail early
     storage = storage_for(location)
     fs = storage.filesystem
-    kept = (file for file in files if not _skip(file, predicates, schema))
+    kept = _kept(files, predicates, schema)
 
-    def current(file: DataFile | str) -> bool:
-        return schema_id is not None and isinstance(file, DataFile) and file.schema_id == schema_id
+    def current(file: tuple[str, int | None]) -> bool:
+        return schema_id is not None and file[1] == schema_id
 
     for together, group in itertools.groupby(kept, key=current):
-        paths = [_path(storage, file) for file in group]
+        paths = [storage.path(relative) for relative, _ in group]
         if together:
             yield from _scan_files(fs, paths, schema, wanted, expression, batch_size=batch_size)
             continue
         for path in paths:
             yield from _scan_file(fs, path, schema, wanted, expression, batch_size=batch_size)
+
+
+def _kept(
+    files: Sequence[DataFile | str] | FileManifest,
+    predicates: Sequence[Predicate],
+    schema: pa.Schema,
+) -> Iterator[tuple[str, int | None]]:
+    """The relative path and schema id (None: unknown) of each file a match may be in. A
+    manifest is only turned into DataFile objects when predicates need their statistics: a few
+    microseconds a file, which a scan of many small files would pay for nothing."""
+    if isinstance(files, FileManifest):
+        if not predicates:
+            ids: list[int] = files.table.column("schema_id").to_pylist()
+            yield from zip(files.paths, ids, strict=True)
+            return
+        files = files.data_files()
+    for file in files:
+        if not _skip(file, predicates, schema):
+            yield (file.path, file.schema_id) if isinstance(file, DataFile) else (file, None)
 
 
 def _scan_files(
@@ -246,7 +267,9 @@ def _scan_files(
     scanner = _dataset(paths, fs, schema).scanner(
         columns=list(columns), filter=expression, batch_size=batch_size
     )
-    yield from (_conform(b, out) for b in scanner.to_batches() if b.num_rows)
+    for batch in scanner.to_batches():
+        if batch.num_rows:  # the dataset's own fields: at most its metadata differs
+            yield batch if batch.schema.equals(out) else _conform(batch, out)
 
 
 # ------------------------------------------------------------------------ merge-on-read

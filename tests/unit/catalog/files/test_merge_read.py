@@ -26,6 +26,7 @@ from catalog.files.reader import (
     small_dictionary,
 )
 from catalog.files.writer import WriteOptions, prepare_merge_run, write_data_file
+from catalog.manifest import FileManifest
 from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_DELETE,
@@ -582,8 +583,12 @@ def evolved_files(location: Path, count: int, old_ones: Sequence[int]) -> list[D
 EVOLVED = pa.schema([("id", pa.int64()), ("note", pa.string())])
 
 
-def test_plain_scan_of_many_files_keeps_file_order_across_schemas(tmp_path: Path) -> None:
-    files = evolved_files(tmp_path, 40, old_ones=(10, 11, 30))
+@pytest.mark.parametrize("listing", ["data_files", "manifest"])
+def test_plain_scan_of_many_files_keeps_file_order_across_schemas(
+    tmp_path: Path, listing: str
+) -> None:
+    written = evolved_files(tmp_path, 40, old_ones=(10, 11, 30))
+    files = FileManifest.of(written) if listing == "manifest" else written
 
     batches = list(read_files(tmp_path, files, EVOLVED, schema_id=1))
 
@@ -595,13 +600,16 @@ def test_plain_scan_of_many_files_keeps_file_order_across_schemas(tmp_path: Path
     assert notes[60:65] == ["n12"] * 5
 
 
-def test_plain_scan_of_many_files_prunes_filters_and_projects(tmp_path: Path) -> None:
-    files = evolved_files(tmp_path, 40, old_ones=(30,))
-    gone = files[0].model_copy(update={"path": "data/gone.parquet"})  # pruned, never opened
+@pytest.mark.parametrize("listing", ["data_files", "manifest"])
+def test_plain_scan_of_many_files_prunes_filters_and_projects(tmp_path: Path, listing: str) -> None:
+    written = evolved_files(tmp_path, 40, old_ones=(30,))
+    gone = written[0].model_copy(update={"path": "data/gone.parquet"})  # pruned, never opened
+    listed = [gone, *written[1:]]
+    files = FileManifest.of(listed) if listing == "manifest" else listed
     predicates = [Predicate("id", ">=", 148), Predicate("id", "<", 153)]
 
     batches = read_files(
-        tmp_path, [gone, *files[1:]], EVOLVED, columns=["note"], row_filter=predicates, schema_id=1
+        tmp_path, files, EVOLVED, columns=["note"], row_filter=predicates, schema_id=1
     )
 
     assert pa.Table.from_batches(list(batches)).to_pydict() == {
