@@ -305,10 +305,17 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # the Trigger.AvailableNow end
         self._latest: int | None = None  # for progress reports
         self._advanced: int | None = None  # the consumer's position, once this run moved it
+        self._initial: dict[str, Any] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a query without a checkpoint starts: its consumer's position when it has
-        one, else the options' starting point."""
+        """Where a query without a checkpoint starts: after its consumer's position when it
+        has one, else at the options' starting point.
+
+        Spark may ask more than once before the first batch is done, and asks again after a
+        restart that replays the first batch, so the answer must not change until a batch is
+        done: the consumer is registered only once one is (:meth:`_advance`), never here."""
+        if self._initial is not None:
+            return dict(self._initial)
         planner, changes = self._planner, self._planner.changes
         table = planner.table()
         position = self._consumer_position(table)
@@ -318,16 +325,14 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offset = dict(PENDING_SNAPSHOT)
         else:
             offset = {"version": planner.start_version(table) - 1}
-        if changes.consumer_id is not None and position is None:
-            registered = offset.get("version", table.current_version())
-            table.catalog.register_consumer(table, changes.consumer_id, registered)
         _log().info(
             "lakestream change stream starts",
             table=table.name,
             offset=offset,
             consumer_id=changes.consumer_id,
         )
-        return offset
+        self._initial = offset
+        return dict(offset)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         rows = self._planner.changes.max_rows
@@ -379,11 +384,13 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Spark tells a source a batch is done (``commit``) only while it plans the next one, so
         the last batch of a run would never be told; ``latestOffset(start)`` is asked only
         after the batch ending at ``start`` finished (a restart re-runs an unfinished batch
-        before asking), so it moves the consumer too. Never backwards."""
+        before asking), so it moves the consumer too. Never backwards within a run. The first
+        finished batch registers the consumer: until then it protects nothing, and a query
+        that dies before it starts over from its options."""
         consumer = self._planner.changes.consumer_id
         if consumer is None or (self._advanced is not None and version <= self._advanced):
             return
-        table.catalog.advance_consumer(table, consumer, version)
+        table.catalog.register_consumer(table, consumer, version)  # renews its ttl as well
         self._advanced = version
 
     def _batch_end(self, table: Table, done: int, latest: int, max_rows: int | None) -> int:
