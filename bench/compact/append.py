@@ -34,7 +34,7 @@ from catalog.files.reader import read_whole_files
 from catalog.files.writer import WriteOptions, write_data_files
 from catalog.meta import TableMeta
 from compaction.planner import bins_of, plan_table
-from compaction.policy import CompactionPolicy
+from compaction.policy import TARGET_FILE_SIZE, CompactionPolicy
 from compaction.task import CompactionTask, OutcomeStatus
 from jobs.table_compact import compact_table
 
@@ -47,7 +47,8 @@ PHASED = "lakestream, phase-timed"
 PHASES = {
     "plan": "load the table, scan plan at the head, `plan_table(force=True)`",
     "read": "read the inputs bin by bin (`read_whole_files`: one dataset per bin)",
-    "write": "write the output (`write_data_files`: Parquet+zstd, stats, fsync, rename)",
+    "write": "write the output file after file (`write_data_files`: Parquet+zstd, stats, fsync, "
+    "rename; the routine writes a bin of several target sizes at once)",
     "commit": "the COMPACTION commit (500 deletes + 1 add, `Table.commit`)",
 }
 #: Not part of the total: the same inputs read by one pyarrow dataset over all the files.
@@ -77,14 +78,19 @@ class System(Protocol):
 class Lakestream:
     """An append table compacted by ``lakestream tables compact``'s code path."""
 
-    def __init__(self, catalog: Catalog, name: str, *, fsync: bool) -> None:
+    def __init__(
+        self, catalog: Catalog, name: str, *, fsync: bool, target_bytes: int | None = None
+    ) -> None:
         self.name = LAKESTREAM if fsync else NO_FSYNC
         self.catalog = catalog
         self.table_name = name
         self.fsync = fsync
+        self.target_bytes = target_bytes
 
     def build(self, batches: Sequence[pa.Table]) -> None:
-        table = self.catalog.create_table(self.table_name, SCHEMA)
+        target = self.target_bytes
+        properties = {TARGET_FILE_SIZE: str(target)} if target else None
+        table = self.catalog.create_table(self.table_name, SCHEMA, properties=properties)
         for batch in batches:
             table.append(batch)
 
@@ -101,9 +107,10 @@ class Lakestream:
 
 
 class Delta:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, target_bytes: int | None = None) -> None:
         self.name = DELTA
         self.path = path
+        self.target_bytes = target_bytes
 
     def build(self, batches: Sequence[pa.Table]) -> None:
         DeltaTable.create(str(self.path), SCHEMA)
@@ -111,7 +118,7 @@ class Delta:
             write_deltalake(str(self.path), batch, mode="append")
 
     def compact(self) -> None:
-        DeltaTable(str(self.path)).optimize.compact()
+        DeltaTable(str(self.path)).optimize.compact(target_size=self.target_bytes)
 
     def read(self) -> pa.Table:
         return DeltaTable(str(self.path)).to_pyarrow_table()
@@ -125,13 +132,17 @@ class Phased:
 
     name = PHASED
 
-    def __init__(self, catalog: Catalog, name: str) -> None:
+    def __init__(self, catalog: Catalog, name: str, target_bytes: int | None = None) -> None:
         self.catalog = catalog
         self.table_name = name
+        self.target_bytes = target_bytes
         self.times: dict[str, list[float]] = {p: [] for p in [*PHASES, REFERENCE_READ]}
 
     def build(self, batches: Sequence[pa.Table]) -> None:
-        Lakestream(self.catalog, self.table_name, fsync=True).build(batches)
+        lakestream = Lakestream(
+            self.catalog, self.table_name, fsync=True, target_bytes=self.target_bytes
+        )
+        lakestream.build(batches)
 
     def compact(self) -> None:
         clock = PhaseClock()
@@ -207,6 +218,7 @@ class AppendResult:
     appends: int
     rows: int
     repeats: int
+    target_bytes: int | None = None
     wall: dict[str, list[float]] = field(default_factory=dict)
     cpu: dict[str, list[float]] = field(default_factory=dict)
     files_after: dict[str, int] = field(default_factory=dict)
@@ -216,17 +228,28 @@ class AppendResult:
     output_mib: float = 0.0
 
 
-def run_append(catalog: Catalog, work: Path, appends: int, rows: int, repeats: int) -> AppendResult:
-    """``repeats`` rounds: build fresh tables for every system, then compact each, rotating."""
+def run_append(
+    catalog: Catalog,
+    work: Path,
+    appends: int,
+    rows: int,
+    repeats: int,
+    *,
+    target_bytes: int | None = None,
+) -> AppendResult:
+    """``repeats`` rounds: build fresh tables for every system, then compact each, rotating.
+    ``target_bytes``: both systems' target file size (None: each one's default)."""
     batches = append_batches(appends, rows)
-    result = AppendResult(appends, rows, repeats)
-    phased = Phased(catalog, "append.events_phased_0")
+    result = AppendResult(appends, rows, repeats, target_bytes)
+    phased = Phased(catalog, "append.events_phased_0", target_bytes)
     for r in range(repeats):
         phased.table_name = f"append.events_phased_{r}"
         systems: list[System] = [
-            Lakestream(catalog, f"append.events_{r}", fsync=True),
-            Delta(work / "delta" / f"events_{r}"),
-            Lakestream(catalog, f"append.events_nofsync_{r}", fsync=False),
+            Lakestream(catalog, f"append.events_{r}", fsync=True, target_bytes=target_bytes),
+            Delta(work / "delta" / f"events_{r}", target_bytes),
+            Lakestream(
+                catalog, f"append.events_nofsync_{r}", fsync=False, target_bytes=target_bytes
+            ),
             phased,
         ]
         progress(f"[append] repeat {r + 1}/{repeats}: {appends} appends x {rows:,} rows each ...")
@@ -272,7 +295,8 @@ def _verify(repeat: int, systems: Sequence[System], batches: Sequence[pa.Table])
 def render_append(result: AppendResult) -> list[str]:
     lines = [
         f"{result.appends} appends of {result.rows:,} rows, then one full compaction; "
-        f"{result.repeats} repeats, fresh tables each, order rotating.",
+        f"{result.repeats} repeats, fresh tables each, order rotating; target file size: "
+        f"{_target(result.target_bytes)}.",
         "",
         f"- input: {result.appends} files, {result.input_mib:.1f} MiB (lakestream); "
         f"output: {result.output_mib:.1f} MiB",
@@ -291,6 +315,10 @@ def render_append(result: AppendResult) -> list[str]:
         )
     lines += ["", *append_goal_lines(result), "", *phase_lines(result)]
     return lines
+
+
+def _target(target_bytes: int | None) -> str:
+    return f"{target_bytes / 2**20:g} MiB for both" if target_bytes else "each system's default"
 
 
 def append_ratio(result: AppendResult, name: str = LAKESTREAM) -> float:

@@ -43,6 +43,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--appends", type=int, default=500, help="append: commits per table")
     parser.add_argument("--append-rows", type=int, default=1000, help="append: rows per commit")
     parser.add_argument("--repeats", type=int, default=3, help="append: fresh tables per system")
+    parser.add_argument(
+        "--append-target-mib",
+        type=float,
+        help="append: both systems' target file size (default: each's own, 128 / 100 MiB)",
+    )
     parser.add_argument("--commits", type=int, default=1000, help="steady: upserts")
     parser.add_argument("--rows", type=int, default=1000, help="steady: rows per upsert")
     parser.add_argument("--updates", type=float, default=0.5, help="steady: share of updates")
@@ -71,7 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = environment("bench.compact.run", _argv_text(args), server.pg_version)
         if "append" in args.scenarios:
             progress("[append] building and compacting ...")
-            result = run_append(server.catalog, work, args.appends, args.append_rows, args.repeats)
+            target = int(args.append_target_mib * 2**20) if args.append_target_mib else None
+            result = run_append(
+                server.catalog,
+                work,
+                args.appends,
+                args.append_rows,
+                args.repeats,
+                target_bytes=target,
+            )
             sections += ["#### Append compaction vs deltalake", "", *render_append(result)]
             sections.append("")
         if "steady" in args.scenarios:
@@ -104,6 +117,8 @@ def _argv_text(args: argparse.Namespace) -> list[str]:
             f"--append-rows {args.append_rows}",
             f"--repeats {args.repeats}",
         ]
+        if args.append_target_mib:
+            parts.append(f"--append-target-mib {args.append_target_mib:g}")
     if "steady" in args.scenarios:
         parts += [
             f"--commits {args.commits}",
