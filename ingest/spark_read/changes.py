@@ -403,7 +403,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return last
         rows = 0
         for entry in list_versions(table.catalog.store, table.meta, done + 1, last):
-            rows += entry.rows_added
+            rows += entry.rows_added if entry.changed_partitions else 0  # compactions emit none
             if rows > max_rows and entry.version > done + 1:
                 return entry.version - 1
         return last

@@ -247,3 +247,22 @@ def test_a_stream_behind_expired_versions_fails_naming_both(
     stream = Stream(lakestream, catalog_dsn, "shop.orders", tmp_path / "ck", startingVersion=2)
     with pytest.raises(Exception, match=r"changes from version 2 need version 1, but versions"):
         stream.run()
+
+
+def test_max_rows_per_trigger_is_a_soft_limit_of_whole_versions(
+    lakestream: SparkSession, catalog_dsn: str, order_book: Table, tmp_path: Path
+):
+    added = {v.version: v.rows_added for v in order_book.history()}
+    stream = Stream(
+        lakestream,
+        catalog_dsn,
+        "shop.orders",
+        tmp_path / "ck",
+        startingVersion=1,
+        maxRowsPerTrigger=4,
+    )
+    batches = [sorted(set(b.column(COMMIT_VERSION).to_pylist())) for b in stream.run()]
+    assert [v for batch in batches for v in batch] == [1, 2, 3, 4]  # every version, in order
+    assert len(batches) > 1
+    for versions in batches:  # one version however large, or versions within the limit
+        assert len(versions) == 1 or sum(added[v] for v in versions) <= 4
