@@ -7,7 +7,7 @@ Two kinds of files go:
   reader that planned an expired version still has to finish reading;
 * **orphans**: files under the table's location that no commit row names (a writer that died
   before preparing its commit, a second write pass) and whose modification time is more than
-  ``older_than`` ago.
+  ``older_than`` ago. The Iceberg metadata under ``metadata/`` is not data and no orphan.
 
 A file is never deleted while any remaining commit row adds it: the rows of retained versions
 (expiry keeps exactly those) and the rows of prepared-but-unpublished commits.
@@ -44,6 +44,9 @@ from catalog.store import PgStore, translate_errors
 log = get_logger("lakestream.catalog.maintenance")
 mquery = NamedQueries("catalog", "sql/maintenance.sql")
 _DELETE_CHUNK = 1_000
+#: The table's Iceberg metadata (catalog.iceberg): no commit row names these files, and they
+#: are not orphans.
+ICEBERG_METADATA_DIR = "metadata/"
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,9 @@ class Vacuum:
         found = {
             f.path: f.size
             for f in self.meta.files.list_files()
-            if f.modified is not None and f.modified.timestamp() < self.cut
+            if f.modified is not None
+            and f.modified.timestamp() < self.cut
+            and not f.path.startswith(ICEBERG_METADATA_DIR)
         }
         return Listing(found)
 
