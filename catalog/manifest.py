@@ -19,9 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from catalog.model import ColumnStats, DataFile, FileAction, StatValue
+from catalog.model import ColumnStats, DataFile, FileAction, StatValue, VectorRef
 
-#: Columns of a manifest line, in order (see migration 0008).
+#: Columns of a manifest line, in order (see migrations 0008 and 0012). ``vector`` is the
+#: entry's :class:`~catalog.model.VectorRef` as JSON text, empty when it has none; ``resolved``
+#: is null for entries that do not say.
 OPS_SCHEMA = pa.schema(
     [
         pa.field("action", pa.string()),
@@ -30,6 +32,8 @@ OPS_SCHEMA = pa.schema(
         pa.field("row_count", pa.int64()),
         pa.field("schema_id", pa.int32()),
         pa.field("stats", pa.string()),
+        pa.field("vector", pa.string()),
+        pa.field("resolved", pa.bool_()),
     ]
 )
 #: Columns of a file list: the ops without their action.
@@ -67,6 +71,8 @@ class FileManifest:
                     "row_count": [f.row_count for f in files],
                     "schema_id": [f.schema_id for f in files],
                     "stats": [_stats_json(f) for f in files],
+                    "vector": [f.vector.model_dump_json() if f.vector else "" for f in files],
+                    "resolved": [f.resolved for f in files],
                 },
                 schema=FILES_SCHEMA,
             )
@@ -104,9 +110,21 @@ class FileManifest:
                     name: ColumnStats.model_construct(min=lo, max=hi, null_count=nulls)
                     for name, (lo, hi, nulls) in _load_stats(stats).items()
                 },
+                vector=VectorRef.model_validate_json(vector) if vector else None,
+                resolved=resolved,
             )
-            for path, size, rows, schema_id, stats in zip(*columns, strict=True)
+            for path, size, rows, schema_id, stats, vector, resolved in zip(*columns, strict=True)
         )
+
+
+def vectored(manifest: FileManifest) -> npt.NDArray[np.bool_] | None:
+    """Per file, whether its entry has a deletion vector; None when none has. Every plan asks,
+    so the common answer comes without a pass over the files: a column of empty strings holds
+    no character data at all."""
+    column = manifest.table.column("vector")
+    if all(not (chunk.buffers()[2] or b"") for chunk in column.chunks):
+        return None
+    return np.asarray(pc.not_equal(column, "").to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
 def _load_stats(text: str) -> dict[str, tuple[StatValue, StatValue, int]]:

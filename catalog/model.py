@@ -12,7 +12,15 @@ import uuid
 from enum import StrEnum
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 #: Name of the row-kind column every merge-run file of a CDC table carries.
 ROW_KIND_COLUMN = "_ls_kind"
@@ -65,10 +73,63 @@ class ColumnStats(_Frozen):
     null_count: int = 0
 
 
+def _check_relative(value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/") or "\\" in value:
+        raise ValueError(f"data file path must be relative to the table location: {value!r}")
+    return value
+
+
+class VectorRef(_Frozen):
+    """Where a data file's deletion vector lives (docs/design/deletion-vectors.md, D2).
+
+    A vector is a ``deletion-vector-v1`` blob (:mod:`catalog.files.vectors`): either small
+    enough to ride in the file's catalog entry (``inline``, base64), or a byte range of a Puffin
+    vector file under the table location (``path``, ``offset``, ``length``). ``cardinality``
+    (positions marked) is kept in both forms so a planner can weigh a file's deleted fraction
+    without reading the vector.
+    """
+
+    cardinality: int = Field(ge=0)
+    inline: str | None = None
+    path: str | None = None
+    offset: int | None = Field(default=None, ge=0)
+    length: int | None = Field(default=None, gt=0)
+
+    @field_validator("path")
+    @classmethod
+    def _relative_path(cls, value: str | None) -> str | None:
+        return None if value is None else _check_relative(value)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> VectorRef:
+        in_file = (self.path, self.offset, self.length)
+        if self.inline is not None and any(v is not None for v in in_file):
+            raise ValueError("a vector is either inline or in a file, not both")
+        if self.inline is None and any(v is None for v in in_file):
+            raise ValueError("a vector needs inline bytes, or a path, offset and length")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # the form not taken stays out of the entry: catalog rows and manifests carry it
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+#: Fields a file entry carries only when set, so entries written before them (migration 0012)
+#: and entries that do not use them serialise byte for byte as before.
+_OPTIONAL_ENTRY_FIELDS = ("vector", "resolved")
+
+
 class DataFile(_Frozen):
     """One immutable Parquet file of a table, as recorded in the catalog.
 
     ``path`` is relative to the table location so that a table can be moved or mounted elsewhere.
+
+    ``vector`` marks rows of the file that no longer count (a deletion vector); ``resolved``
+    says whether the rows a CDC run replaces in older files have been marked (see
+    docs/design/deletion-vectors.md, D2 and D3). Both are optional and absent from entries that
+    do not set them. Only reset ops (``compaction``, ``update``) may set them, and no writer
+    does yet: readers refuse a file with a vector (:func:`catalog.files.vectors.refuse_vectors`).
     """
 
     path: str = Field(min_length=1)
@@ -76,13 +137,29 @@ class DataFile(_Frozen):
     row_count: int = Field(ge=0)
     schema_id: int = Field(default=0, ge=0)
     stats: dict[str, ColumnStats] = Field(default_factory=dict)
+    vector: VectorRef | None = None
+    resolved: bool | None = None
 
     @field_validator("path")
     @classmethod
     def _relative_path(cls, value: str) -> str:
-        if value.startswith("/") or ".." in value.split("/") or "\\" in value:
-            raise ValueError(f"data file path must be relative to the table location: {value!r}")
-        return value
+        return _check_relative(value)
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        out: dict[str, object] = handler(self)
+        for name in _OPTIONAL_ENTRY_FIELDS:
+            if out.get(name) is None:
+                out.pop(name, None)
+        return out
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The files this entry names: its data file, and its vector file if it has one (they
+        live and die together: expiry, vacuum and cleanup lists take both)."""
+        if self.vector is not None and self.vector.path is not None:
+            return (self.path, self.vector.path)
+        return (self.path,)
 
 
 class FileOp(_Frozen):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from catalog import manifest
 from catalog.manifest import FileManifest, fold_ops, parse_ops
-from catalog.model import ColumnStats, DataFile, FileAction
+from catalog.model import ColumnStats, DataFile, FileAction, VectorRef
 
 ADD, DEL = FileAction.ADD, FileAction.DELETE
 
@@ -30,13 +30,16 @@ def data_file(path: str, size: int = 100) -> DataFile:
 
 
 def line(action: FileAction, file: DataFile) -> bytes:
-    """A manifest line as migration 0008 writes it (JSON-quoted path when it must be)."""
+    """A manifest line as migration 0012 writes it (JSON-quoted path when it must be; the
+    vector as JSON text and ``resolved`` as true/false, each empty when the entry has none)."""
     path = file.path
     if any(c in path for c in "\t\n\r") or path.startswith('"'):
         path = json.dumps(path)
     stats = json.dumps({k: [v.min, v.max, v.null_count] for k, v in file.stats.items()})
     sizes = [str(n) for n in (file.size_bytes, file.row_count, file.schema_id)]
-    fields = [action.value, path, *sizes, stats]
+    vector = file.vector.model_dump_json() if file.vector else ""
+    resolved = "" if file.resolved is None else str(file.resolved).lower()
+    fields = [action.value, path, *sizes, stats, vector, resolved]
     return ("\t".join(fields) + "\n").encode()
 
 
@@ -112,9 +115,25 @@ def test_statistics_keep_their_types():
 
 def test_a_float_past_64_bits_written_in_full_comes_back_as_that_float():
     # jsonb writes 1e30 as 1000000000000000000000000000000 (migration 0008 keeps its text)
-    text = "add\tp.parquet\t1\t1\t0\t" + '{"f": [0, 1000000000000000000000000000000, 0]}\n'
+    text = "add\tp.parquet\t1\t1\t0\t" + '{"f": [0, 1000000000000000000000000000000, 0]}\t\t\n'
     [file] = fold_ops(parse_ops([text.encode()]), np.zeros(1, np.int64))[0].data_files()
     assert file.stats["f"].max == 1e30
+
+
+def test_vectors_and_resolved_flags_come_back_with_their_entries():
+    inline = VectorRef(cardinality=2, inline="AAAAJNHTOWQ=")
+    in_file = VectorRef(cardinality=900, path="data/dv-1.puffin", offset=4, length=1800)
+    files = [
+        DataFile(path="a.parquet", size_bytes=1, row_count=5, vector=inline, resolved=True),
+        DataFile(path="b.parquet", size_bytes=1, row_count=1000, vector=in_file),
+        DataFile(path="c.parquet", size_bytes=1, row_count=1, resolved=False),
+        data_file("d.parquet"),  # an entry from before migration 0012: neither field
+    ]
+    assert fold([[(ADD, f) for f in files]]) == [files]
+    assert FileManifest.of(files).data_files() == tuple(files)
+    flags = manifest.vectored(FileManifest.of(files))
+    assert flags is not None and flags.tolist() == [True, True, False, False]
+    assert manifest.vectored(FileManifest.of(files[2:])) is None
 
 
 def test_no_ops_fold_to_no_files():
