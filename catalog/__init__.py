@@ -55,6 +55,7 @@ from catalog.errors import (
     WatermarkRegressed,
 )
 from catalog.files.storage import StorageError, StorageOptions
+from catalog.files.vectors import VectorFormatError, VectorsNotReadableError
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta, without_internal
 from catalog.migrations import DEFAULT_SCHEMA
 from catalog.model import (
@@ -77,6 +78,7 @@ from catalog.model import (
     SourceWatermark,
     TableCommit,
     TableCommitResult,
+    VectorRef,
 )
 from catalog.outage import (
     OutageGuard,
@@ -103,6 +105,9 @@ from catalog.writes import stage_append, stage_changes
 __all__ = [
     "StorageError",
     "StorageOptions",
+    "VectorFormatError",
+    "VectorRef",
+    "VectorsNotReadableError",
     "COMMIT_CHANNEL",
     "CONCURRENT_MERGE_PROPERTY",
     "ROW_KIND_COLUMN",

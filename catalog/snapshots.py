@@ -16,7 +16,7 @@ import numpy.typing as npt
 import psycopg
 from psycopg.rows import DictRow, tuple_row
 
-from catalog.manifest import FileManifest, fold_ops, parse_ops
+from catalog.manifest import FileManifest, fold_ops, parse_ops, vectored
 from catalog.model import CommitOp, DataFile
 from catalog.queries import query
 
@@ -39,6 +39,9 @@ class PartitionSnapshot:
     """The op of each commit of the chain, in commit order."""
     files: FileManifest
     """The live files, folded from the chain's file ops (see :func:`catalog.manifest.fold_ops`)."""
+    has_vectors: bool = False
+    """Whether a live file has a deletion vector: found for every snapshot of a load at once, so
+    a plan of many partitions without vectors does not look at each one."""
 
     @property
     def partition_desc(self) -> str:
@@ -113,6 +116,10 @@ def load_snapshots(
     counts = np.fromiter((blob.count(b"\n") for blob in blobs), np.int64, len(blobs))
     live, groups = fold_ops(parse_ops(blobs), np.repeat(owners, counts))
     bounds = np.searchsorted(groups, np.arange(len(heads) + 1))
+    flags = vectored(live)
+    marked = np.zeros(len(bounds), np.int64)
+    if flags is not None:
+        marked = np.concatenate([[0], np.cumsum(flags)])[bounds]
     ops_of: list[list[CommitOp]] = [[] for _ in heads]
     for owner, op in zip(owners.tolist(), ops, strict=True):
         ops_of[owner].append(op)
@@ -121,6 +128,7 @@ def load_snapshots(
             head,
             tuple(ops_of[i]),
             live.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i])),
+            has_vectors=bool(marked[i + 1] > marked[i]),
         )
         for i, head in enumerate(heads)
     ]

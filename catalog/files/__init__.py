@@ -10,6 +10,7 @@
 * :mod:`~catalog.files.evolution` - schema change rules, reading old files under a new schema.
 * :mod:`~catalog.files.pruning` - simple predicates and file pruning by statistics.
 * :mod:`~catalog.files.storage` - the one filesystem seam: local disks and object stores.
+* :mod:`~catalog.files.vectors` - deletion vectors: blob bytes, inline or Puffin vector files.
 """
 
 from catalog.files.bucketing import bucket_ids, key_hashes, split_by_bucket
@@ -41,6 +42,14 @@ from catalog.files.storage import (
     StoredFile,
     storage_for,
 )
+from catalog.files.vectors import (
+    VectorFormatError,
+    VectorsNotReadableError,
+    decode_vector,
+    encode_vector,
+    load_vector,
+    store_vectors,
+)
 from catalog.files.writer import (
     WriteOptions,
     prepare_merge_run,
@@ -57,6 +66,12 @@ __all__ = [
     "StorageOptions",
     "StoredFile",
     "storage_for",
+    "VectorFormatError",
+    "VectorsNotReadableError",
+    "decode_vector",
+    "encode_vector",
+    "load_vector",
+    "store_vectors",
     "Change",
     "Op",
     "ChangeKind",

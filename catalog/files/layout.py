@@ -4,6 +4,7 @@ Layout (relative to the table location; this relative path is what :class:`DataF
 
     data/<partition path>/bucket-NNNN/part-<uuid hex>.parquet    CDC table (bucket >= 0)
     data/<partition path>/part-<uuid hex>.parquet                append table (bucket -1)
+    data/<partition path>[/bucket-NNNN]/dv-<uuid hex>.puffin     deletion vectors of a commit
 
 * ``<partition path>`` is one ``name=value`` segment per range-partition column, in partition
   spec order, left out when the table has no range partitions. Names and values are
@@ -85,6 +86,15 @@ def new_data_file_path(partition: PartitionValues = (), bucket: int = UNAWARE_BU
     """A fresh, unique relative path for a data file of this partition and bucket."""
     parts = [DATA_DIR, partition_path(partition), bucket_dir(bucket)]
     name = f"part-{uuid.uuid4().hex}.parquet"
+    return "/".join([p for p in parts if p] + [name])
+
+
+def new_vector_file_path(partition: PartitionValues = (), bucket: int = UNAWARE_BUCKET) -> str:
+    """A fresh, unique relative path for a Puffin vector file of this leaf partition: beside
+    the data files whose vectors it holds, so a partition's directory holds all of its files
+    (partition TTL and vacuum's listing find them there; see :mod:`catalog.files.vectors`)."""
+    parts = [DATA_DIR, partition_path(partition), bucket_dir(bucket)]
+    name = f"dv-{uuid.uuid4().hex}.puffin"
     return "/".join([p for p in parts if p] + [name])
 
 

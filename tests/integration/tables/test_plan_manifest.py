@@ -1,13 +1,24 @@
 """Plans read through the columnar manifest (migration 0008) give back exactly what was
 committed: paths the line format must protect, statistics with their types, commit order, and
-the chains compactions start."""
+the chains compactions start, and the vectors and resolved flags of entries (migration 0012)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, ColumnStats, CommitOp, DataFile, FileAction, FileOp, PartitionCommit
+from catalog import (
+    Catalog,
+    ColumnStats,
+    CommitOp,
+    DataFile,
+    FileAction,
+    FileOp,
+    PartitionCommit,
+    VectorRef,
+    VectorsNotReadableError,
+)
+from catalog.snapshots import all_partition_heads, load_snapshots
 from tests.fixtures.commits import adds, file_names, rewrite
 
 pytestmark = pytest.mark.integration
@@ -49,3 +60,41 @@ def test_appends_after_a_compaction_follow_its_whole_file_set(catalog: Catalog):
 
     assert [file_names(p.files) for p in plan.partitions] == [["c", "ab", "d"], ["e"]]
     assert file_names(table.plan(version=base).files) == ["a", "b", "c"]
+
+
+def test_vectors_and_resolved_flags_come_back_and_plans_refuse_vectored_files(catalog: Catalog):
+    table = catalog.create_table("logs.marked", SCHEMA, partition_by=["region"])
+    table.commit(CommitOp.APPEND, [adds("region=eu", "a", "b")])
+    before = table.current_version()
+    a, b = table.plan().files
+    ref = VectorRef(cardinality=1, path="data/region=eu/dv-1.puffin", offset=4, length=30)
+    inline = VectorRef(cardinality=2, inline="AAAAJNHTOWQ=")
+    entries = [
+        a.model_copy(update={"vector": ref, "resolved": True}),
+        b.model_copy(update={"resolved": False}),
+    ]
+    ops = [FileOp(action=FileAction.DELETE, file=f) for f in (a, b)]
+    ops += [FileOp(action=FileAction.ADD, file=f) for f in entries]
+    table.commit(
+        CommitOp.COMPACTION,
+        [PartitionCommit(partition_desc="region=eu", ops=tuple(ops))],
+        base_version=before,
+    )
+    marked = table.current_version()
+    c = DataFile(path="c.parquet", size_bytes=1, row_count=2, vector=inline)
+    table.commit(
+        CommitOp.COMPACTION,
+        [PartitionCommit(partition_desc="region=us", ops=(FileOp(action=FileAction.ADD, file=c),))],
+        base_version=marked,
+    )
+
+    with pytest.raises(VectorsNotReadableError, match="has a deletion vector") as raised:
+        table.plan()
+    assert (raised.value.partition, raised.value.path) == ("region=eu", a.path)
+    with pytest.raises(VectorsNotReadableError):
+        table.scan().to_arrow()
+    assert table.plan(version=before).files == [a, b]  # time travel to before the vector
+    with catalog.store.connection() as conn:
+        heads = all_partition_heads(conn, table.meta.table_id, table.current_version())
+        snapshots = load_snapshots(conn, table.meta.table_id, heads)
+    assert [s.live_files() for s in snapshots] == [entries, [c]]
