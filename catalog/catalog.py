@@ -37,6 +37,7 @@ from catalog.files.storage import (
     normalize_warehouse,
     parse_location,
 )
+from catalog.files.vectors import entry_paths
 from catalog.logs import get_logger
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta
 from catalog.model import (
@@ -440,7 +441,14 @@ class Catalog:
         found = [
             Leftover(
                 r["table_id"],
-                tuple(op["file"]["path"] for op in r["file_ops"] if op["action"] == "add"),
+                tuple(
+                    dict.fromkeys(  # entries of a commit share its vector file
+                        path
+                        for op in r["file_ops"]
+                        if op["action"] == "add"
+                        for path in entry_paths(op["file"])
+                    )
+                ),
                 "commit never published",
                 r["commit_id"],
                 r["created_at"],

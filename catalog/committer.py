@@ -614,7 +614,9 @@ class _Publication:
             "commit_op": tc.op.value,
             "summary": self._summary(tc, landing, discarded),
             "discarded": [p.commit.partition_desc for p in discarded],
-            "cleanup": [f.path for p in discarded for f in p.commit.added],
+            "cleanup": list(
+                dict.fromkeys(x for p in discarded for f in p.commit.added for x in f.paths)
+            ),
             "landing": [self._landing(tc, p) for p in landing],
         }
 

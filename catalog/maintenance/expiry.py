@@ -17,8 +17,10 @@ What a retained version needs, and therefore what stays:
   resolves when it replays that batch.
 
 Files that a removed commit row added and no remaining row adds are handed to cleanup
-(``cleanup_file``, reason ``expired``); vacuum deletes them after its grace period, so a reader
-that planned an expired version just before the expiry can still finish.
+(``cleanup_file``, reason ``expired``), vector files as well as data files (an entry names
+both, and a restarted chain copies entries with their vectors); vacuum deletes them after its
+grace period, so a reader that planned an expired version just before the expiry can still
+finish.
 
 Consistency with writers and readers:
 
@@ -47,6 +49,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from catalog.errors import VersionExpiredError
+from catalog.files.vectors import entry_paths
 from catalog.logs import get_logger
 from catalog.meta import TableMeta
 from catalog.model import (
@@ -442,7 +445,13 @@ class _PartitionExpiry:
             },
         ).fetchall()
         self.counts.commit_rows_removed += len(gone)
-        added = {op["file"]["path"] for r in gone for op in r["file_ops"] if op["action"] == "add"}
+        added = {
+            path
+            for r in gone
+            for op in r["file_ops"]
+            if op["action"] == "add"
+            for path in entry_paths(op["file"])
+        }
         if not added:
             return
         kept = {

@@ -71,17 +71,23 @@ WHERE d.table_id = %(table_id)s AND d.partition_desc = r.pd AND d.commit_id = r.
 RETURNING d.partition_desc, d.commit_id, d.file_ops
 
 -- name: added_paths
--- Every file some remaining commit row of these partitions adds (published or prepared).
-SELECT DISTINCT op -> 'file' ->> 'path' AS path
+-- Every file some remaining commit row of these partitions adds (published or prepared): the
+-- data files and the vector files their entries name (migration 0012).
+SELECT DISTINCT f.path
 FROM data_commit_info d CROSS JOIN LATERAL jsonb_array_elements(d.file_ops) AS op
+CROSS JOIN LATERAL (
+    VALUES (op -> 'file' ->> 'path'), (op -> 'file' -> 'vector' ->> 'path')) AS f(path)
 WHERE d.table_id = %(table_id)s AND d.partition_desc = ANY(%(descs)s) AND op ->> 'action' = 'add'
+  AND f.path IS NOT NULL
 
 -- name: table_added_paths
 -- Every file any remaining commit row of the table adds: the files retained versions reference
--- and the files prepared-but-unpublished commits name.
-SELECT DISTINCT op -> 'file' ->> 'path' AS path
+-- and the files prepared-but-unpublished commits name, data files and vector files alike.
+SELECT DISTINCT f.path
 FROM data_commit_info d CROSS JOIN LATERAL jsonb_array_elements(d.file_ops) AS op
-WHERE d.table_id = %(table_id)s AND op ->> 'action' = 'add'
+CROSS JOIN LATERAL (
+    VALUES (op -> 'file' ->> 'path'), (op -> 'file' -> 'vector' ->> 'path')) AS f(path)
+WHERE d.table_id = %(table_id)s AND op ->> 'action' = 'add' AND f.path IS NOT NULL
 
 -- name: delete_table_partitions
 DELETE FROM table_partition WHERE table_id = %(table_id)s AND partition_desc = ANY(%(descs)s)
