@@ -16,6 +16,9 @@ from catalog.partitioning import PartitionSpec
 
 #: Table property naming the column whose value orders changes of one key (CDC tables).
 SEQUENCE_COLUMN_PROPERTY = "sequence-column"
+#: Table property: ``on`` has the compactor's maintenance keep the table's Iceberg metadata
+#: current (:mod:`catalog.iceberg`).
+ICEBERG_METADATA_PROPERTY = "iceberg.metadata"
 
 
 def is_internal_column(name: str) -> bool:
@@ -79,6 +82,10 @@ class TableMeta:
     def relaxations(self) -> Relaxations:
         flag = self.properties.get(CONCURRENT_MERGE_PROPERTY, "false").lower() == "true"
         return Relaxations(concurrent_merge=flag)
+
+    @property
+    def publishes_iceberg(self) -> bool:
+        return self.properties.get(ICEBERG_METADATA_PROPERTY, "off").lower() == "on"
 
     @property
     def kind(self) -> str:

@@ -65,7 +65,10 @@ from catalog.writes import (
 )
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog as IcebergCatalog
+
     from catalog.catalog import Catalog
+    from catalog.iceberg import IcebergExport
 
 log = get_logger("lakestream.catalog")
 
@@ -710,6 +713,13 @@ class Table:
         return drop_expired_partitions(
             self, ttl=window, column=ttl_column(self.meta), now=now, dry_run=dry_run
         )
+
+    def export_iceberg(self, *, sql_catalog: IcebergCatalog | None = None) -> IcebergExport:
+        """Publish this table's versions as Iceberg v2 metadata in its location (needs the
+        ``iceberg`` extra); see :func:`catalog.iceberg.export_table`."""
+        from catalog.iceberg import export_table
+
+        return export_table(self, sql_catalog=sql_catalog)
 
     def describe(self) -> dict[str, Any]:
         meta = self.meta
