@@ -141,6 +141,7 @@ def legacy_catalog(server: LocalPostgres, warehouse: Path) -> str:
         conn.execute("DELETE FROM public.schema_migration WHERE number >= 6")
         # tables of migrations after 0006: a catalog made before 0006 never had them
         conn.execute("DROP TABLE public.change_consumer")
+        conn.execute("DROP TABLE public.iceberg_metadata")
     return dsn
 
 

@@ -1,0 +1,101 @@
+"""Random histories, and reading the exported Iceberg snapshots as other engines do."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import StaticTable
+
+from catalog import Catalog, Table
+from catalog.iceberg import sql_catalog
+from jobs.table_compact import compact_table
+
+SCHEMA = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False), ("region", pa.string()), ("total", pa.float64())]
+)
+REGIONS = ["eu", "us", None]
+
+
+def rows(rng: random.Random, ids: Iterable[int]) -> pa.Table:
+    ids = list(ids)
+    return pa.table(
+        {
+            "id": ids,
+            "region": [rng.choice(REGIONS) for _ in ids],
+            "total": [round(rng.uniform(0, 100), 2) for _ in ids],
+        },
+        schema=SCHEMA,
+    )
+
+
+def random_history(catalog: Catalog, table: Table, rng: random.Random, steps: int) -> None:
+    """Appends/upserts, deletes, updates and compactions in a random order."""
+    for _ in range(steps):
+        action = rng.choice(["write", "write", "write", "delete", "update", "compact"])
+        if action == "write":
+            ids = rng.sample(range(40), rng.randint(1, 6))
+            if table.meta.is_cdc:
+                table.upsert(rows(rng, ids))
+            else:
+                table.append(rows(rng, ids))
+        elif action == "delete":
+            table.delete(where=[("total", "<", rng.uniform(0, 30))])
+        elif action == "update":
+            table.update(where=[("id", "<", rng.randint(0, 40))], set={"total": 1.5})
+        else:
+            compact_table(catalog, table.name)
+    compact_table(catalog, table.name)  # the last version of a CDC table is expressible
+
+
+def multiset(table: pa.Table, columns: list[str]) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(r[c] for c in columns) for r in table.select(columns).to_pylist())
+
+
+def static(metadata_location: str) -> StaticTable:
+    return StaticTable.from_metadata(metadata_location)
+
+
+def snapshot_versions(iceberg: StaticTable) -> dict[int, int]:
+    """Iceberg snapshot id -> the lakestream version it shows."""
+    return {
+        s.snapshot_id: int(s.summary["lakestream.version"] or -1)
+        for s in iceberg.snapshots()
+        if s.summary is not None
+    }
+
+
+def duckdb_connection() -> Any:
+    """DuckDB with the iceberg extension from its PyPI wheel (and the avro one it reads
+    manifests with); ImportError when a wheel is missing."""
+    from importlib import import_module
+
+    import duckdb
+
+    conn = duckdb.connect()
+    for package in ("duckdb_extension_avro", "duckdb_extension_iceberg"):
+        folder = Path(import_module(package).__file__ or "").parent / "extensions"
+        for path in sorted(folder.glob("*/*.duckdb_extension")):
+            conn.execute(f"LOAD '{path}'")
+    return conn
+
+
+def table_files(location: str) -> set[str]:
+    root = Path(location)
+    return {str(p) for p in root.rglob("*.parquet")}
+
+
+@contextmanager
+def closing_sql_catalog(dsn: str) -> Iterator[SqlCatalog]:
+    """pyiceberg's SQL catalog, its connection pool closed afterwards."""
+    registry = sql_catalog(dsn)
+    try:
+        yield registry
+    finally:
+        registry.engine.dispose()

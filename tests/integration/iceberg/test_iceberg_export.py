@@ -1,0 +1,234 @@
+"""Iceberg metadata over lakestream tables: what pyiceberg and DuckDB read from it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.expressions import EqualTo
+
+from catalog import Catalog
+from catalog.iceberg import export_table
+from compaction.maintenance import MaintenanceScheduler, MaintenanceSettings
+from compaction.queue import QueueSettings, TaskQueue
+from jobs.table_compact import compact_table
+from tests.fixtures.cli import lakestream
+from tests.integration.iceberg.support import (
+    SCHEMA,
+    closing_sql_catalog,
+    duckdb_connection,
+    multiset,
+    random_history,
+    rows,
+    snapshot_versions,
+    static,
+)
+
+pytestmark = pytest.mark.integration
+COLUMNS = SCHEMA.names
+
+
+def _check_every_snapshot(table, metadata_location: str) -> dict[int, int]:
+    iceberg = static(metadata_location)
+    versions = snapshot_versions(iceberg)
+    assert versions, "no snapshot was exported"
+    for snapshot_id, version in versions.items():
+        ours = multiset(table.scan(version=version).to_arrow(), COLUMNS)
+        theirs = multiset(iceberg.scan(snapshot_id=snapshot_id).to_arrow(), COLUMNS)
+        assert theirs == ours, f"snapshot of version {version}"
+    return versions
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_append_table_every_version_is_a_snapshot(catalog: Catalog, seed: int) -> None:
+    rng = random.Random(seed)
+    events = catalog.create_table("logs.events", SCHEMA, partition_by=["region"])
+    random_history(catalog, events, rng, steps=6)
+    first = export_table(events)
+    random_history(catalog, events, rng, steps=6)  # the next export continues from there
+    second = export_table(events)
+    assert second.version == second.latest == events.current_version()
+    assert second.lag_versions == 0
+    assert set(first.exported).isdisjoint(second.exported)
+    versions = _check_every_snapshot(events, second.metadata_location)
+    changed = {
+        v.version
+        for v in events.history(limit=1000)
+        if v.summary.get("files_added") or v.summary.get("files_removed")
+    }
+    assert set(versions.values()) == changed
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_cdc_table_shows_compacted_versions_and_lags(catalog: Catalog, seed: int) -> None:
+    rng = random.Random(seed)
+    orders = catalog.create_table(
+        "shop.orders", SCHEMA, primary_key=["id"], hash_buckets=2, partition_by=["region"]
+    )
+    random_history(catalog, orders, rng, steps=10)
+    report = export_table(orders)
+    assert report.lag_versions == orders.current_version() - report.version
+    _check_every_snapshot(orders, report.metadata_location)
+    clean = report.version
+    if report.lag_versions == 0:  # a run of two files in one bucket: not expressible
+        orders.upsert(rows(rng, [1]))
+        orders.upsert(rows(rng, [1]))
+        behind = export_table(orders)
+        assert behind.exported == () and behind.version == clean
+        assert behind.lag_versions == 2
+    lagging = static(export_table(orders).metadata_location)
+    assert lagging.properties["iceberg.lag_versions"] == str(orders.current_version() - clean)
+    compact_table(catalog, orders.name)
+    caught_up = export_table(orders)
+    assert caught_up.lag_versions == 0 and caught_up.version == orders.current_version()
+    _check_every_snapshot(orders, caught_up.metadata_location)
+    # key lookups prune by the bucket transform: lakestream's buckets must be Iceberg's
+    iceberg = static(caught_up.metadata_location)
+    every = len(list(iceberg.scan().plan_files()))
+    pruned = len(list(iceberg.scan(row_filter=EqualTo("id", 1)).plan_files()))
+    assert pruned < every
+    for key in range(40):
+        theirs = iceberg.scan(row_filter=EqualTo("id", key)).to_arrow()
+        ours = orders.scan(filter=[("id", "=", key)]).to_arrow()
+        assert multiset(theirs, COLUMNS) == multiset(ours, COLUMNS), f"key {key}"
+
+
+@pytest.mark.parametrize("kind", ["append", "cdc"])
+def test_duckdb_iceberg_scan_reads_every_snapshot(catalog: Catalog, kind: str) -> None:
+    conn = duckdb_connection()
+    rng = random.Random(5)
+    key = {"primary_key": ["id"], "hash_buckets": 2} if kind == "cdc" else {}
+    table = catalog.create_table("logs.events", SCHEMA, partition_by=["region"], **key)
+    random_history(catalog, table, rng, steps=8)
+    report = export_table(table)
+    versions = snapshot_versions(static(report.metadata_location))
+    assert versions
+    for snapshot_id, version in versions.items():
+        theirs = (
+            conn.execute(
+                f"SELECT * FROM iceberg_scan('{report.metadata_location}', "
+                f"snapshot_from_id={snapshot_id})"
+            )
+            .arrow()
+            .read_all()
+        )
+        assert multiset(theirs, COLUMNS) == multiset(
+            table.scan(version=version).to_arrow(), COLUMNS
+        ), f"version {version}"
+
+
+def test_expiry_and_vacuum_leave_no_snapshot_naming_a_deleted_file(catalog: Catalog) -> None:
+    rng = random.Random(6)
+    events = catalog.create_table("logs.events", SCHEMA, partition_by=["region"])
+    random_history(catalog, events, rng, steps=10)
+    export_table(events)
+    events.expire_versions(older_than=dt.timedelta(0), retain_last=2)
+    events.vacuum(older_than=dt.timedelta(0))
+    report = export_table(events)
+    assert report.snapshots_expired > 0
+    iceberg = static(report.metadata_location)
+    for snapshot in iceberg.snapshots():
+        for task in iceberg.scan(snapshot_id=snapshot.snapshot_id).plan_files():
+            assert Path(task.file.file_path).exists(), task.file.file_path
+    _check_every_snapshot(events, report.metadata_location)
+
+
+@pytest.mark.slow
+def test_cli_exports_and_registers_in_pyiceberg_sql_catalog(
+    catalog_dsn: str, warehouse: Path
+) -> None:
+    with Catalog.connect(catalog_dsn, warehouse=str(warehouse)) as cat:
+        events = cat.create_table("shop.orders", SCHEMA, partition_by=["region"])
+        random_history(cat, events, random.Random(7), steps=4)
+        latest = events.current_version()
+        expected = multiset(events.scan().to_arrow(), COLUMNS)
+    out = lakestream("tables", "iceberg", "shop.orders", "--register", "--json", dsn=catalog_dsn)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["version"] == latest and report["lag_versions"] == 0
+    assert report["registered"] == "shop.orders" and report["exported"]
+    with closing_sql_catalog(catalog_dsn) as registry:
+        loaded = registry.load_table("shop.orders")
+        assert loaded.metadata_location == report["metadata_location"]
+        assert multiset(loaded.scan().to_arrow(), COLUMNS) == expected
+
+    with Catalog.connect(catalog_dsn, warehouse=str(warehouse)) as cat:
+        cat.load_table("shop.orders").append(rows(random.Random(8), [100, 101]))
+    again = lakestream("tables", "iceberg", "shop.orders", "--register", dsn=catalog_dsn)
+    assert again.returncode == 0, again.stderr
+    location, exported = again.stdout.splitlines()[:2]
+    assert exported.startswith(f"exported versions: {latest + 1};")
+    with closing_sql_catalog(catalog_dsn) as registry:
+        reloaded = registry.load_table("shop.orders")
+        assert location.endswith(reloaded.metadata_location)
+        assert len(reloaded.scan().to_arrow()) == sum(expected.values()) + 2
+
+
+def test_schema_evolution_keeps_field_ids_and_reads_old_files_by_name(
+    catalog: Catalog,
+) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("qty", pa.int32())])
+    items = catalog.create_table("shop.items", schema)
+    items.append(pa.table({"id": [1, 2], "qty": pa.array([5, 6], pa.int32())}))
+    first = export_table(items)
+    ids_before = {f.name: f.field_id for f in static(first.metadata_location).schema().fields}
+    items.add_column("note", pa.string())
+    items.widen_column("qty", pa.int64())
+    items.append(pa.table({"id": [3], "qty": [7], "note": ["new"]}))
+    report = export_table(items)
+    iceberg = static(report.metadata_location)
+    ids_after = {f.name: f.field_id for f in iceberg.schema().fields}
+    assert ids_after == {**ids_before, "note": max(ids_before.values()) + 1}
+    assert str(iceberg.schema().find_field("qty").field_type) == "long"
+    assert sorted(iceberg.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "qty": 5, "note": None},
+        {"id": 2, "qty": 6, "note": None},
+        {"id": 3, "qty": 7, "note": "new"},
+    ]
+    for snapshot_id, version in snapshot_versions(iceberg).items():
+        theirs = iceberg.scan(snapshot_id=snapshot_id).to_arrow()
+        columns = theirs.column_names  # a snapshot made before the change has its schema
+        ours = items.scan(version=version).to_arrow()
+        assert multiset(theirs, columns) == multiset(ours, columns), f"version {version}"
+
+
+def test_compactor_maintenance_exports_between_expiry_and_vacuum(catalog: Catalog) -> None:
+    properties = {
+        "iceberg.metadata": "on",
+        "snapshot.retain-last": "2",
+        "snapshot.time-retained": "0",
+        "vacuum.older-than": "0",
+    }
+    events = catalog.create_table(
+        "logs.events", SCHEMA, partition_by=["region"], properties=properties
+    )
+    plain = catalog.create_table("logs.plain", SCHEMA)
+    rng = random.Random(9)
+    random_history(catalog, events, rng, steps=8)
+    export_table(events)  # snapshots of versions the maintenance run is about to expire
+    events.append(rows(rng, [50, 51]))
+    plain.append(rows(rng, [1]))
+    scheduler = MaintenanceScheduler(
+        catalog, TaskQueue(catalog.store, QueueSettings()), ["logs.*"], MaintenanceSettings()
+    )
+    runs = {r.table: r for r in scheduler.run_due()}
+    while len(runs) < 2:  # first runs are spread over the interval: make the other one due
+        catalog.store.fetch_all(
+            "UPDATE maintenance_schedule SET next_at = now() WHERE runs = 0 RETURNING 1", {}
+        )
+        runs |= {r.table: r for r in scheduler.run_due()}
+    assert runs["logs.plain"].iceberg is None
+    run = runs["logs.events"]
+    assert not run.errors, run.errors
+    assert run.iceberg is not None and run.iceberg["version"] == events.current_version()
+    assert run.iceberg["snapshots_expired"] > 0
+    assert run.vacuum is not None and run.vacuum.deleted > 0
+    iceberg = static(run.iceberg["metadata_location"])
+    for snapshot in iceberg.snapshots():
+        for task in iceberg.scan(snapshot_id=snapshot.snapshot_id).plan_files():
+            assert Path(task.file.file_path).exists(), task.file.file_path
+    _check_every_snapshot(events, run.iceberg["metadata_location"])
