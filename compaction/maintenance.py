@@ -10,7 +10,10 @@ rhythm. A run does, in this order:
 1. **TTL** (tables with ``partition.ttl``): drop expired partitions in one ``update`` commit;
 2. **expiry** with the table's ``snapshot.*`` properties, never past the base version of a
    compaction task still on the queue (its worker reads that version);
-3. **vacuum** with ``vacuum.older-than``.
+3. **Iceberg export** (tables with ``iceberg.metadata: on``; needs the ``iceberg`` extra): the
+   versions committed since the last export become Iceberg snapshots, and the snapshots of
+   the versions just expired go - before vacuum, so no snapshot names a file it deletes;
+4. **vacuum** with ``vacuum.older-than``.
 
 One ``maintenance`` log line per table and run with the figures of each step; the same figures
 are stored with the schedule (``lakestream compactor status``) and counted in the metrics. A
@@ -57,6 +60,8 @@ class MaintenanceRun:
     ttl: TtlReport | None = None
     expiry: ExpiryReport | None = None
     vacuum: VacuumReport | None = None
+    iceberg: dict[str, Any] | None = None
+    """The Iceberg export's report (``IcebergExport.to_json()``)."""
     errors: dict[str, str] = field(default_factory=dict)
     skipped: str | None = None
     duration_s: float = 0.0
@@ -79,6 +84,13 @@ class MaintenanceRun:
                 "commit_rows_removed": e.commit_rows_removed,
                 "keys_removed": e.keys_removed,
                 "files_to_cleanup": e.files_to_cleanup,
+            }
+        if self.iceberg is not None:
+            i = self.iceberg
+            out |= {
+                "iceberg_version": i["version"],
+                "iceberg_lag_versions": i["lag_versions"],
+                "iceberg_snapshots_added": len(i["exported"]),
             }
         if self.vacuum is not None:
             v = self.vacuum
@@ -165,6 +177,8 @@ class MaintenanceScheduler:
             default=None,
         )
         run.expiry = _step(run, "expiry", lambda: table.expire_versions(keep=keep))
+        if table.meta.publishes_iceberg:
+            run.iceberg = _step(run, "iceberg", lambda: table.export_iceberg().to_json())
         run.vacuum = _step(run, "vacuum", table.vacuum)
 
     def _record(self, run: MaintenanceRun) -> None:

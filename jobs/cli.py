@@ -479,6 +479,59 @@ def tables_vacuum(
     _print_report(report, tm.vacuum_lines(report), as_json)
 
 
+@tables_app.command("iceberg")
+def tables_iceberg(
+    table: str,
+    *,
+    register: Annotated[
+        bool,
+        typer.Option(
+            "--register",
+            help="publish through pyiceberg's SQL catalog on the catalog's database, so "
+            "SqlCatalog(...).load_table(TABLE) finds it (keep passing it once used)",
+        ),
+    ] = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Export a table's versions as Iceberg v2 metadata in its location: the first run
+    backfills every retained version, later runs add what changed since. Prints the metadata
+    location and the versions exported. Needs the iceberg extra (pip install
+    'lakestream[iceberg]').
+
+    Exit codes: 0 done (also when nothing changed), 1 a runtime failure (no such table,
+    catalog or file error, a concurrent export won: run again), 2 a usage mistake."""
+    try:
+        from pyiceberg.exceptions import CommitFailedException
+
+        from catalog.iceberg import export_table, sql_catalog
+    except ImportError as exc:
+        raise ConfigError(
+            f"Iceberg export needs pyiceberg: pip install 'lakestream[iceberg]' ({exc})"
+        ) from exc
+    settings = _settings(dsn)
+    target = _dsn(settings)
+    registry = sql_catalog(target) if register else None
+    with _open(target, settings) as cat:
+        try:
+            report = export_table(cat.load_table(table), sql_catalog=registry)
+        except (CatalogError, OSError, CommitFailedException) as exc:
+            raise _Failed(f"{table}: {exc}") from exc
+        finally:
+            if registry is not None:
+                registry.engine.dispose()
+    exported = ", ".join(map(str, report.exported)) or "none"
+    lines = [
+        f"{report.table}: Iceberg metadata at {report.metadata_location}",
+        f"exported versions: {exported}; shows version {report.version} of {report.latest} "
+        f"(lag {report.lag_versions} versions); expired {report.snapshots_expired} snapshots",
+    ]
+    if report.registered:
+        lines.append(f"registered in the SQL catalog as {report.registered}")
+    _print_report(report, lines, as_json)
+
+
 @tables_app.command("ttl")
 def tables_ttl(
     table: str,
