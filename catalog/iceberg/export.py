@@ -34,11 +34,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog as IcebergCatalog
+from pyiceberg.conversions import to_bytes
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table as IcebergTable
 from pyiceberg.table import Transaction
 from pyiceberg.table.locations import load_location_provider
@@ -52,8 +55,22 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 from pyiceberg.typedef import Record
+from pyiceberg.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    PrimitiveType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from catalog.errors import ChangesExpiredError
+from catalog.files.stats import decode_stat
 from catalog.iceberg.pointer import PointerCatalog, record_export
 from catalog.iceberg.schema import (
     PARTITION_FIELD_BASE,
@@ -267,9 +284,8 @@ def _absolute(meta: TableMeta, path: str) -> str:
 def _data_file(
     meta: TableMeta, state: _State, path: str, desc: str, file: DataFile
 ) -> IcebergDataFile:
-    """An Iceberg data file entry from the catalog's record of the file: path, size, rows,
-    partition. No column bounds yet (the catalog's statistics are typed for lakestream's
-    pruning, not in Iceberg's binary encoding); readers then simply cannot skip the file."""
+    """An Iceberg data file entry from the catalog's record of the file (path, size, rows,
+    partition, column statistics): no file is opened."""
     data_file = IcebergDataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
@@ -280,9 +296,58 @@ def _data_file(
         sort_order_id=None,
         equality_ids=None,
         key_metadata=None,
+        **_metrics(meta, state.schema, file),
     )
     data_file.spec_id = state.spec.spec_id  # kept beside the record, not in it
     return data_file
+
+
+#: Iceberg types whose bounds come from the catalog's statistics (whose encoding is exact for
+#: them: catalog.files.stats); others get counts only, and readers cannot prune on them.
+_BOUNDED = (
+    BooleanType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    StringType,
+    DateType,
+    TimestampType,
+    TimestamptzType,
+)
+
+
+def _metrics(meta: TableMeta, schema: Schema, file: DataFile) -> dict[str, Any]:
+    """Value and null counts, and lower/upper bounds in Iceberg's single-value encoding, of
+    the file's top-level columns from the catalog's statistics. A column a file does not hold
+    (added after it was written) gets nothing: unknown, never a wrong bound. String bounds may
+    be truncated (the maximum rounded up), which Iceberg allows."""
+    values: dict[int, int] = {}
+    nulls: dict[int, int] = {}
+    lower: dict[int, bytes] = {}
+    upper: dict[int, bytes] = {}
+    for column in schema.fields:
+        stats = file.stats.get(column.name)
+        kind = column.field_type
+        if stats is None or not isinstance(kind, PrimitiveType):
+            continue
+        values[column.field_id] = file.row_count
+        nulls[column.field_id] = stats.null_count
+        arrow_type = meta.schema.field(column.name).type
+        if not isinstance(kind, _BOUNDED) or (
+            pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns"
+        ):
+            continue
+        for bound, into in ((stats.min, lower), (stats.max, upper)):
+            if bound is not None:
+                into[column.field_id] = to_bytes(kind, decode_stat(bound, arrow_type).as_py())
+    return {
+        "value_counts": values,
+        "null_value_counts": nulls,
+        "lower_bounds": lower,
+        "upper_bounds": upper,
+    }
 
 
 def _create(pointer: PointerCatalog, meta: TableMeta) -> None:
