@@ -41,6 +41,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table as IcebergTable
 from pyiceberg.table import Transaction
@@ -166,11 +167,51 @@ def export_table(table: Table, *, sql_catalog: IcebergCatalog | None = None) -> 
     state = _State.of(iceberg)
     tx = iceberg.transaction()
     changed = _evolve(tx, meta, iceberg)
+    made = _snapshot_versions(tx, table, state, latest)
+    changed = changed or bool(made)
+    expired = _expire_snapshots(tx, table, state)
+    lag = latest - state.version
+    if changed or expired or iceberg.properties.get(LAG_PROPERTY) != str(lag):
+        tx.set_properties({LAG_PROPERTY: str(lag)})
+        iceberg = tx.commit_transaction()
+    record_export(store, meta.table_id, iceberg.metadata_location, state.version, lag)
+    if iceberg.current_snapshot() is not None:  # files an Iceberg reader may open
+        _pin(table, state.version)
+    ids = {
+        int(s.summary[VERSION_SUMMARY] or -1): s.snapshot_id
+        for s in iceberg.snapshots()
+        if s.summary is not None and int(s.summary[VERSION_SUMMARY] or -1) in made
+    }
+    log.info(
+        "iceberg_export",
+        table=str(meta.name),
+        exported=len(made),
+        version=state.version,
+        latest=latest,
+        lag_versions=lag,
+        snapshots_expired=expired,
+        metadata_location=iceberg.metadata_location,
+    )
+    return IcebergExport(
+        table=str(meta.name),
+        metadata_location=iceberg.metadata_location,
+        exported=tuple(made),
+        version=state.version,
+        latest=latest,
+        lag_versions=lag,
+        snapshots_expired=expired,
+        registered=registered,
+        snapshot_ids=ids,
+    )
+
+
+def _snapshot_versions(tx: Transaction, table: Table, state: _State, latest: int) -> list[int]:
+    """One snapshot per version after ``state.version`` that Iceberg can show and that changed
+    its files; the versions that got one."""
+    meta = table.meta
     made: list[int] = []
-    for info in sorted(
-        table.history(limit=max(latest - state.version, 1), after=state.version),
-        key=lambda v: v.version,
-    ):
+    history = table.history(limit=max(latest - state.version, 1), after=state.version)
+    for info in sorted(history, key=lambda v: v.version):
         plan = table.plan(version=info.version)
         if not all(_expressible(p) for p in plan.merge_partitions):
             continue
@@ -200,40 +241,7 @@ def export_table(table: Table, *, sql_catalog: IcebergCatalog | None = None) -> 
             state.live[path] = data_file
         producer.commit()
         made.append(info.version)
-        changed = True
-    expired = _expire_snapshots(tx, table, state)
-    lag = latest - state.version
-    if changed or expired or iceberg.properties.get(LAG_PROPERTY) != str(lag):
-        tx.set_properties({LAG_PROPERTY: str(lag)})
-        iceberg = tx.commit_transaction()
-    record_export(store, meta.table_id, iceberg.metadata_location, state.version, lag)
-    _pin(table, state.version)
-    ids = {
-        int(s.summary[VERSION_SUMMARY] or -1): s.snapshot_id
-        for s in iceberg.snapshots()
-        if s.summary is not None and int(s.summary[VERSION_SUMMARY] or -1) in made
-    }
-    log.info(
-        "iceberg_export",
-        table=str(meta.name),
-        exported=len(made),
-        version=state.version,
-        latest=latest,
-        lag_versions=lag,
-        snapshots_expired=expired,
-        metadata_location=iceberg.metadata_location,
-    )
-    return IcebergExport(
-        table=str(meta.name),
-        metadata_location=iceberg.metadata_location,
-        exported=tuple(made),
-        version=state.version,
-        latest=latest,
-        lag_versions=lag,
-        snapshots_expired=expired,
-        registered=registered,
-        snapshot_ids=ids,
-    )
+    return made
 
 
 @dataclass
@@ -242,8 +250,8 @@ class _State:
 
     version: int
     live: dict[str, IcebergDataFile]
-    spec: Any = None
-    schema: Any = None
+    spec: PartitionSpec
+    schema: Schema
 
     @classmethod
     def of(cls, iceberg: IcebergTable) -> _State:
@@ -437,7 +445,8 @@ def _expire_snapshots(tx: Transaction, table: Table, state: _State) -> int:
 
 def _pin(table: Table, version: int) -> None:
     """Expiry keeps the version the current snapshot shows (and its files) while the exporter
-    runs within the consumer's ttl."""
+    runs within the consumer's ttl. The price: a CDC table that stays behind (a bucket never
+    fully compacted) holds expiry at that version; ``Catalog.drop_consumer`` releases it."""
     try:
         table.catalog.register_consumer(table, CONSUMER_ID, version)
     except ChangesExpiredError:
