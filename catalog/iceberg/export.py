@@ -363,7 +363,12 @@ def _create(pointer: PointerCatalog, meta: TableMeta) -> None:
     its own), no snapshot (version 0, the empty table)."""
     schema = iceberg_schema(meta)
     spec = partition_spec(meta)
-    properties = {NAME_MAPPING_PROPERTY: name_mapping(meta).model_dump_json()}
+    properties = {
+        NAME_MAPPING_PROPERTY: name_mapping(meta).model_dump_json(),
+        # pyiceberg retries a lost commit by replaying its snapshots on the winner's: an export
+        # replayed there would add the winner's files again. The loser exports anew instead.
+        "commit.retry.num-retries": "0",
+    }
     metadata = TableMetadataV2(
         location=meta.location.rstrip("/"),
         table_uuid=meta.table_id,

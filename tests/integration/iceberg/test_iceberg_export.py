@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import (
     EqualTo,
     GreaterThan,
@@ -18,7 +19,7 @@ from pyiceberg.expressions import (
 )
 
 from catalog import Catalog
-from catalog.iceberg import export_table
+from catalog.iceberg import PointerCatalog, export_table
 from compaction.maintenance import MaintenanceScheduler, MaintenanceSettings
 from compaction.queue import QueueSettings, TaskQueue
 from jobs.table_compact import compact_table
@@ -270,3 +271,38 @@ def test_filtered_reads_prune_by_the_exported_statistics(catalog: Catalog, kind:
         duck = conn.execute(f"SELECT * FROM iceberg_scan('{report.metadata_location}') WHERE {sql}")
         assert multiset(duck.arrow().read_all(), COLUMNS) == expected, sql
     assert min(planned) < every  # the statistics do prune
+
+
+def test_a_lagging_cdc_table_keeps_the_files_its_snapshot_shows(catalog: Catalog) -> None:
+    orders = catalog.create_table(
+        "shop.orders", SCHEMA, primary_key=["id"], hash_buckets=2, partition_by=["region"]
+    )
+    rng = random.Random(12)
+    random_history(catalog, orders, rng, steps=6)
+    shown = export_table(orders)
+    assert shown.lag_versions == orders.current_version() - shown.version
+    for _ in range(3):  # two runs in one bucket: not expressible until compacted
+        orders.upsert(rows(rng, [1, 2, 3]))
+    report = orders.expire_versions(older_than=dt.timedelta(0), retain_last=1)
+    assert report.horizon == shown.version  # the exporter's consumer holds expiry there
+    orders.vacuum(older_than=dt.timedelta(0))
+    behind = export_table(orders)
+    assert behind.version == shown.version and behind.lag_versions >= 3
+    _check_every_snapshot(orders, behind.metadata_location)
+
+
+def test_the_pointer_moves_only_from_the_metadata_a_commit_was_made_on(
+    catalog: Catalog,
+) -> None:
+    events = catalog.create_table("logs.events", SCHEMA, partition_by=["region"])
+    events.append(rows(random.Random(13), [1, 2]))
+    export_table(events)
+    pointer = PointerCatalog(catalog.store, events.meta.table_id, ("logs", "events"))
+    stale = pointer.load_table(("logs", "events"))
+    events.append(rows(random.Random(14), [3]))
+    winner = export_table(events)
+    late = stale.transaction()  # an export that read the metadata before the winner's
+    late.update_snapshot().fast_append().commit()
+    with pytest.raises(CommitFailedException):
+        late.commit_transaction()
+    assert pointer.load_table(("logs", "events")).metadata_location == winner.metadata_location
