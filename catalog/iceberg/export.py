@@ -102,6 +102,8 @@ LAG_PROPERTY = "iceberg.lag_versions"
 #: The change-feed consumer that pins the version the current snapshot shows against expiry.
 CONSUMER_ID = "lakestream:iceberg"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+#: Metadata files kept beside the current one (readers that hold an older location).
+PREVIOUS_METADATA_KEPT = 10
 
 
 @dataclass(frozen=True)
@@ -368,6 +370,9 @@ def _create(pointer: PointerCatalog, meta: TableMeta) -> None:
         # pyiceberg retries a lost commit by replaying its snapshots on the winner's: an export
         # replayed there would add the winner's files again. The loser exports anew instead.
         "commit.retry.num-retries": "0",
+        # every export writes a metadata file: pyiceberg deletes those older than the last ten
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": str(PREVIOUS_METADATA_KEPT),
     }
     metadata = TableMetadataV2(
         location=meta.location.rstrip("/"),

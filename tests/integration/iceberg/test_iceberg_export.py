@@ -306,3 +306,14 @@ def test_the_pointer_moves_only_from_the_metadata_a_commit_was_made_on(
     with pytest.raises(CommitFailedException):
         late.commit_transaction()
     assert pointer.load_table(("logs", "events")).metadata_location == winner.metadata_location
+
+
+def test_old_metadata_files_are_deleted_past_the_last_ten(catalog: Catalog) -> None:
+    events = catalog.create_table("logs.events", SCHEMA)
+    rng = random.Random(15)
+    for i in range(14):
+        events.append(rows(rng, [i]))
+        report = export_table(events)
+    folder = Path(report.metadata_location).parent
+    assert len(list(folder.glob("*.metadata.json"))) == 11  # the current one and ten before it
+    assert static(report.metadata_location).scan().to_arrow().num_rows == 14
