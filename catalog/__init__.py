@@ -9,7 +9,9 @@ enforces it, see ``[tool.importlinter]`` in pyproject.toml):
   outage policies, the outage guard other packages build theirs on (``ServiceGuard`` with
   their ``OutageRules``), table metadata and the staging of files for a commit written by an
   engine (``stage_append`` / ``stage_changes``), and the building blocks a package needs to keep its
-  own tables in the catalog database (``PgStore``, ``NamedQueries``, ``COMMIT_CHANNEL``);
+  own tables in the catalog database (``PgStore``, ``NamedQueries``, ``COMMIT_CHANNEL``), and
+  the change feed split for engines that derive changes on their workers (``list_versions`` /
+  ``plan_delta`` with the catalog, ``derive_changes`` / ``finish_changes`` from files alone);
 * :mod:`catalog.files` - the Parquet file layer (read, write, merge-on-read, pruning, schema
   evolution). A package of its own in all but name: engines run it on their workers, it knows
   nothing of PostgreSQL, and exporting its ~30 names here would bury the catalog's own;
@@ -24,7 +26,19 @@ that does not succeed ends as one of the three :class:`CommitError` outcomes.
 """
 
 from catalog.catalog import DEFAULT_HASH_BUCKETS, Catalog, Leftover, TableHead, WriterProgress
-from catalog.changes import ChangeFeed
+from catalog.changefeed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from catalog.changes import (
+    ChangeFeed,
+    VersionDelta,
+    VersionEntry,
+    check_base,
+    derive_changes,
+    feed_schema,
+    finish_changes,
+    first_version_since,
+    list_versions,
+    plan_delta,
+)
 from catalog.committer import COMMIT_CHANNEL
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY
 from catalog.consumers import Consumer
@@ -182,6 +196,18 @@ __all__ = [
     "ConsumerNotFoundError",
     "Consumer",
     "ChangeFeed",
+    "VersionDelta",
+    "VersionEntry",
+    "check_base",
+    "derive_changes",
+    "feed_schema",
+    "finish_changes",
+    "first_version_since",
+    "list_versions",
+    "plan_delta",
+    "CHANGE_TYPE",
+    "COMMIT_TIMESTAMP",
+    "COMMIT_VERSION",
     "VersionInfo",
     "VersionNotFoundError",
     "WatermarkRegressed",

@@ -40,9 +40,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from catalog import Catalog, Scan, Table
-from catalog.changefeed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT
-from catalog.changes import (
+from catalog import (
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    Catalog,
+    ConsumerNotFoundError,
+    Scan,
+    Table,
+    TableMeta,
     VersionDelta,
     VersionEntry,
     check_base,
@@ -53,7 +59,6 @@ from catalog.changes import (
     plan_delta,
 )
 from catalog.logs import get_logger
-from catalog.meta import TableMeta
 from ingest.spark_read.connection import connect
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
 from ingest.spark_read.options import CONSUMER_ID, ENDING_VERSION, ChangeOptions, ReadOptions
@@ -142,7 +147,7 @@ def _snapshot_batches(partition: SnapshotPartition) -> Iterator[pa.RecordBatch]:
     for batch in read_partition(partition.part):
         n = batch.num_rows
         extra = {
-            CHANGE_TYPE: pa.array([INSERT] * n, pa.string()),
+            CHANGE_TYPE: pa.array(["insert"] * n, pa.string()),
             COMMIT_VERSION: pa.array([partition.version] * n, pa.int64()),
             COMMIT_TIMESTAMP: pa.array([at] * n, pa.timestamp("us", tz="UTC")),
         }
@@ -412,8 +417,6 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         consumer = self._planner.changes.consumer_id
         if consumer is None:
             return None
-        from catalog.errors import ConsumerNotFoundError
-
         try:
             found = table.catalog.consumer(table, consumer)
         except ConsumerNotFoundError:

@@ -45,10 +45,10 @@ from catalog import (
     Scan,
     ScanFilter,
     Table,
+    feed_schema,
     partition_filter,
     without_internal,
 )
-from catalog.changes import feed_schema
 from catalog.files import Predicate
 from catalog.logs import get_logger
 from ingest.spark_read.changes import (

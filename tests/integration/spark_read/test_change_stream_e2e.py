@@ -2,7 +2,7 @@
 ``lakestream`` ingest -> CDC table -> a second Spark job reading
 ``spark.readStream.format("lakestream")`` -> an aggregate table.
 
-The aggregate (amount and orders per region, :mod:`.aggregate_job`) must equal the same
+The aggregate (amount and orders per region, :mod:`.support`) must equal the same
 aggregate recomputed from the source table after the snapshot and after streamed changes,
 although the reader is killed (SIGKILL) right after a batch's catalog commit and before Spark
 records the batch - the moment at which a replay would apply the batch twice if exactly-once
@@ -34,7 +34,7 @@ from tests.fixtures.debezium import (
     create_source_database,
     drop_source_database,
 )
-from tests.integration.spark_read.aggregate_job import JOB, SOURCE, TARGET
+from tests.integration.spark_read.support import JOB, SOURCE, TARGET
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -68,7 +68,7 @@ def run_aggregate_job(
     if kill_after_batch is not None:
         env["AGGREGATE_JOB_KILL_AFTER_BATCH"] = str(kill_after_batch)
     return subprocess.run(
-        [sys.executable, "-m", "tests.integration.spark_read.aggregate_job", dsn, str(checkpoint)],
+        [sys.executable, "-m", "tests.integration.spark_read.support", dsn, str(checkpoint)],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -1,4 +1,4 @@
-"""A second Spark job, as a user writes one: it follows a CDC table's changes with
+"""This folder's helper: a second Spark job, as a user writes one: it follows a CDC table's changes with
 ``spark.readStream.format("lakestream")`` and keeps an aggregate table (amount and orders per
 region) current, exactly once.
 
@@ -7,7 +7,7 @@ Exactly once rests on two things: Spark's checkpoint says which versions a micro
 and each batch's commit to the aggregate table carries the idempotency key (job, batch id), so
 a replayed batch that had already committed lands nothing twice.
 
-Run: ``python -m tests.integration.spark_read.aggregate_job DSN CHECKPOINT`` (AvailableNow).
+Run: ``python -m tests.integration.spark_read.support DSN CHECKPOINT`` (AvailableNow).
 With ``AGGREGATE_JOB_KILL_AFTER_BATCH=N`` the job kills itself (SIGKILL) right after batch N's
 commit to the catalog, before Spark records the batch as done: the worst moment to die.
 """
