@@ -14,8 +14,7 @@ guarantees is what the matrix guarantees:
   and only an unknown commit outcome keeps them (the commit may have landed).
 
 Append partitions are rewritten bin by bin (:func:`compaction.planner.bins_of`) in commit
-order, each bin's rows into files of the target size, written at once when the bin holds
-several (:func:`_pack`); memory holds one bin. A CDC bucket's runs
+order, each bin's rows into files of the target size; memory holds one bin. A CDC bucket's runs
 are merged in sequence order (partial rows filled, newest change per key), deletes dropped only
 when the task says every run of the bucket is an input, otherwise kept with the row-kind column
 so a later merge still applies them; memory holds the bucket, as merge-on-read does.
@@ -24,10 +23,8 @@ so a later merge still applies them; memory holds the bucket, as merge-on-read d
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 import pyarrow as pa
 
@@ -50,7 +47,6 @@ from catalog import (
     VersionExpiredError,
 )
 from catalog.files import (
-    Storage,
     WriteOptions,
     read_merged,
     read_whole_files,
@@ -245,60 +241,17 @@ def _partition_values(
 def _pack(
     meta: TableMeta, task: CompactionTask, files: Sequence[DataFile], options: WriteOptions
 ) -> list[DataFile]:
-    """One bin: its files' rows in commit order, read under the current schema.
-
-    A bin holding several target sizes of input (:data:`compaction.planner.BIN_TARGETS`) is
-    cut into that many consecutive slices of rows, written at once, one Parquet writer per
-    thread (encoding and compression run without the GIL): otherwise its output files would be
-    encoded one after another on one core. The outputs keep commit order, slice after slice;
-    each slice is still split at the target size by the writer.
-    """
+    """One bin: its files' rows in commit order, read under the current schema."""
     rows = read_whole_files(meta.files, files, meta.schema, meta.current_schema_id)
     values, bucket = _partition_values(meta, task)
-    write = partial(
-        write_data_files,
-        location=meta.files,
+    return write_data_files(
+        rows,
+        meta.files,
         partition=values,
         bucket=bucket,
         schema_id=meta.current_schema_id,
         options=options,
     )
-    input_bytes = sum(file.size_bytes for file in files)
-    pieces = _slices(rows, input_bytes // max(1, options.target_file_bytes))
-    if len(pieces) == 1:
-        return write(rows)
-    return _write_concurrently(meta.files, pieces, write)
-
-
-def _slices(rows: pa.Table, count: int) -> list[pa.Table]:
-    """``rows`` as ``count`` consecutive slices of about equal length (at least one). The input
-    files' size stands for the output's: both are the same rows under the same codec, so a bin
-    cut into ``input bytes // target`` slices gives outputs of about the target or more."""
-    count = min(count, rows.num_rows)
-    if count <= 1:
-        return [rows]
-    step = -(-rows.num_rows // count)
-    return [rows.slice(start, step) for start in range(0, rows.num_rows, step)]
-
-
-def _write_concurrently(
-    storage: Storage, pieces: Sequence[pa.Table], write: Callable[[pa.Table], list[DataFile]]
-) -> list[DataFile]:
-    """Every piece written on its own thread (at most one per core), the files in piece order.
-    If any write fails, the others are waited for and their files deleted, then the first
-    failure is raised: a caller that never learnt the files cannot delete them."""
-    workers = min(len(pieces), max(1, pa.cpu_count()))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakestream-compact-write")
-    futures = [pool.submit(write, piece) for piece in pieces]
-    try:
-        return [file for future in futures for file in future.result()]
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        done = [f for f in futures if f.done() and not f.cancelled() and f.exception() is None]
-        storage.discard(file.path for future in done for file in future.result())
-        raise
-    finally:
-        pool.shutdown(wait=True)
 
 
 def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) -> list[DataFile]:

@@ -85,28 +85,6 @@ def test_bins_close_at_twice_the_target_and_outputs_come_near_it(catalog: Catalo
     assert all(f.size_bytes <= 2 * target for f in outputs)
 
 
-def test_a_bin_of_several_targets_keeps_commit_order_across_its_outputs(catalog: Catalog):
-    events = catalog.create_table("logs.events", EVENTS)
-    for i in range(12):
-        events.append(batch(i * 2000, 2000, "eu"))
-    target = 3 * max(f.size_bytes for f in events.plan().files)  # bins written as ~2 files each
-    policy = CompactionPolicy(target_file_size=target)
-
-    [outcome] = compact_all(catalog, events, policy)
-
-    outputs = outcome.outputs
-    assert outcome.status is OutcomeStatus.COMMITTED and len(outputs) >= 3
-    ids = [
-        i
-        for out in outputs
-        for i in pq.read_table(f"{events.meta.location}/{out.path}").column("id").to_pylist()
-    ]
-    assert ids == list(range(24000))  # the rows of the inputs, in commit order
-    assert [f.path for f in events.plan().files] == [f.path for f in outputs]
-    assert all(f.stats["id"].min is not None for f in outputs)
-    assert leftover_paths(catalog) == set()
-
-
 def test_a_partition_with_few_small_files_waits_unless_forced(catalog: Catalog):
     events = catalog.create_table("logs.events", EVENTS, partition_by=["region"])
     for i in range(3):
