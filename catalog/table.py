@@ -50,6 +50,7 @@ from catalog.table_store import (
     change_schema,
     head_version,
     history_rows,
+    iceberg_state,
     require_unexpired,
     snapshots_at,
     version_at,
@@ -739,4 +740,16 @@ class Table:
             "internal_columns": list(meta.internal_columns),
             "properties": dict(meta.properties),
             "version": self.current_version(),
+            "iceberg": self._iceberg_state(),
+        }
+
+    def _iceberg_state(self) -> dict[str, Any] | None:
+        row = iceberg_state(self.catalog.store, self.meta.table_id)
+        if row is None:
+            return None
+        return {
+            "metadata_location": row["metadata_location"],
+            "version": row["version"],
+            "lag_versions": row["lag_versions"],
+            "exported_at": row["exported_at"].isoformat(),
         }

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from catalog.maintenance.expiry import check_horizon
 from catalog.meta import TableMeta
-from catalog.queries import query
+from catalog.queries import NamedQueries, query
 from catalog.schema_changes import record_schema
 from catalog.snapshots import (
     PartitionHead,
@@ -74,6 +74,14 @@ def snapshots_at(
         if keep is not None:
             heads = [h for h in heads if keep(h)]
         return load_snapshots(conn, meta.table_id, heads)
+
+
+def iceberg_state(store: PgStore, table_id: uuid.UUID) -> Row | None:
+    """Where the table's Iceberg metadata is and how far it got (``catalog.iceberg``), without
+    loading pyiceberg; None when it was never exported."""
+    return store.fetch_one(
+        NamedQueries("catalog", "sql/iceberg.sql")("iceberg_pointer"), {"table_id": table_id}
+    )
 
 
 def history_rows(store: PgStore, table_id: uuid.UUID, *, limit: int, after: int) -> list[Row]:

@@ -89,6 +89,12 @@ def test_cdc_table_shows_compacted_versions_and_lags(catalog: Catalog, seed: int
         assert behind.lag_versions == 2
     lagging = static(export_table(orders).metadata_location)
     assert lagging.properties["iceberg.lag_versions"] == str(orders.current_version() - clean)
+    described = orders.describe()["iceberg"]
+    assert described["lag_versions"] == orders.current_version() - clean
+    assert (described["version"], described["metadata_location"]) == (
+        clean,
+        lagging.metadata_location,
+    )
     compact_table(catalog, orders.name)
     caught_up = export_table(orders)
     assert caught_up.lag_versions == 0 and caught_up.version == orders.current_version()
