@@ -13,6 +13,7 @@ from catalog.iceberg.export import (
     LAG_PROPERTY,
     VERSION_SUMMARY,
     IcebergExport,
+    IcebergRegistrationError,
     export_table,
 )
 from catalog.iceberg.pointer import PointerCatalog
@@ -24,6 +25,7 @@ __all__ = [
     "LAG_PROPERTY",
     "VERSION_SUMMARY",
     "IcebergExport",
+    "IcebergRegistrationError",
     "PointerCatalog",
     "export_table",
     "sql_catalog",

@@ -70,7 +70,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from catalog.errors import ChangesExpiredError
+from catalog.errors import CatalogError, ChangesExpiredError
 from catalog.files.stats import decode_stat
 from catalog.iceberg.pointer import PointerCatalog, record_export
 from catalog.iceberg.schema import (
@@ -89,7 +89,7 @@ from catalog.queries import NamedQueries
 if TYPE_CHECKING:
     from catalog.table import Table
 
-__all__ = ["ICEBERG_METADATA_PROPERTY", "IcebergExport", "export_table"]
+__all__ = ["ICEBERG_METADATA_PROPERTY", "IcebergExport", "IcebergRegistrationError", "export_table"]
 log = get_logger("lakestream.catalog.iceberg")
 _maintenance_query = NamedQueries("catalog", "sql/maintenance.sql")
 
@@ -104,6 +104,14 @@ CONSUMER_ID = "lakestream:iceberg"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 #: Metadata files kept beside the current one (readers that hold an older location).
 PREVIOUS_METADATA_KEPT = 10
+
+
+class IcebergRegistrationError(CatalogError):
+    """The SQL catalog holds another table under this table's name."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,7 @@ def export_table(table: Table, *, sql_catalog: IcebergCatalog | None = None) -> 
     Raises:
         CommitFailedException: another exporter committed this table's metadata meanwhile
             (run again: the next export continues from the winner's).
+        IcebergRegistrationError: the SQL catalog holds another table under this name.
     """
     table.refresh()
     meta = table.meta
@@ -162,6 +171,13 @@ def export_table(table: Table, *, sql_catalog: IcebergCatalog | None = None) -> 
     if sql_catalog is not None:
         iceberg = _registered(sql_catalog, identifier, pointer)
         registered = ".".join(identifier)
+        if iceberg.metadata.table_uuid != meta.table_id:
+            raise IcebergRegistrationError(
+                f"{registered} in the SQL catalog {sql_catalog.name!r} is another table "
+                f"(uuid {iceberg.metadata.table_uuid}, not {meta.table_id}: dropped and made "
+                "again?); drop it there to register this one",
+                table=registered,
+            )
     else:
         iceberg = pointer.load_table(identifier)
 

@@ -19,7 +19,7 @@ from pyiceberg.expressions import (
 )
 
 from catalog import Catalog
-from catalog.iceberg import PointerCatalog, export_table
+from catalog.iceberg import IcebergRegistrationError, PointerCatalog, export_table
 from compaction.maintenance import MaintenanceScheduler, MaintenanceSettings
 from compaction.queue import QueueSettings, TaskQueue
 from jobs.table_compact import compact_table
@@ -323,3 +323,18 @@ def test_old_metadata_files_are_deleted_past_the_last_ten(catalog: Catalog) -> N
     folder = Path(report.metadata_location).parent
     assert len(list(folder.glob("*.metadata.json"))) == 11  # the current one and ten before it
     assert static(report.metadata_location).scan().to_arrow().num_rows == 14
+
+
+def test_a_table_made_again_under_a_registered_name_is_not_published_over_the_old(
+    catalog: Catalog, catalog_dsn: str
+) -> None:
+    first = catalog.create_table("shop.orders", SCHEMA)
+    first.append(rows(random.Random(16), [1]))
+    with closing_sql_catalog(catalog_dsn) as registry:
+        old = export_table(first, sql_catalog=registry)
+        catalog.drop_table("shop.orders")
+        again = catalog.create_table("shop.orders", SCHEMA)
+        again.append(rows(random.Random(17), [2]))
+        with pytest.raises(IcebergRegistrationError, match="is another table"):
+            export_table(again, sql_catalog=registry)
+        assert registry.load_table("shop.orders").metadata_location == old.metadata_location
