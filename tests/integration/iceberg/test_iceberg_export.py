@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import random
 from pathlib import Path
@@ -338,3 +339,58 @@ def test_a_table_made_again_under_a_registered_name_is_not_published_over_the_ol
         with pytest.raises(IcebergRegistrationError, match="is another table"):
             export_table(again, sql_catalog=registry)
         assert registry.load_table("shop.orders").metadata_location == old.metadata_location
+
+
+def test_dates_timestamps_and_decimals_partition_and_prune(catalog: Catalog) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("day", pa.date32()),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("price", pa.decimal128(10, 2)),
+        ]
+    )
+    table = catalog.create_table("shop.sales", schema, partition_by=["day"])
+    base = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+    for batch in range(4):
+        ids = list(range(batch * 5, batch * 5 + 5))
+        table.append(
+            pa.table(
+                {
+                    "id": ids,
+                    "day": [dt.date(2026, 11, 20 + i % 3) for i in ids],
+                    "at": [base + dt.timedelta(hours=i) for i in ids],
+                    "price": [decimal.Decimal(f"{i}.25") for i in ids],
+                },
+                schema=schema,
+            )
+        )
+    report = export_table(table)
+    iceberg = static(report.metadata_location)
+    conn = duckdb_connection()
+    names = schema.names
+    cases = [
+        (
+            "day = DATE '2026-11-21'",
+            EqualTo("day", "2026-11-21"),
+            [("day", "=", dt.date(2026, 11, 21))],
+        ),
+        (
+            "\"at\" >= TIMESTAMPTZ '2026-11-22 22:00:00+00'",
+            GreaterThanOrEqual("at", "2026-11-22T22:00:00+00:00"),
+            [("at", ">=", base + dt.timedelta(hours=12))],
+        ),
+        (
+            "price < 7.5",
+            LessThan("price", decimal.Decimal("7.50")),
+            [("price", "<", decimal.Decimal("7.5"))],
+        ),
+    ]
+    for sql, expression, ours in cases:
+        expected = multiset(table.scan(filter=ours).to_arrow(), names)
+        assert expected, sql
+        assert multiset(iceberg.scan(row_filter=expression).to_arrow(), names) == expected, sql
+        duck = conn.execute(
+            f"SELECT * FROM iceberg_scan('{report.metadata_location}') WHERE {sql}"
+        ).arrow()
+        assert multiset(duck.read_all(), names) == expected, sql
