@@ -54,7 +54,7 @@ from bench.ingest.report import Environment
 from bench.ingest.tables import check_table, create_cdc_table
 from bench.ingest.workload import Workload, decoder_config, generate, produce
 from catalog import Catalog, Table
-from catalog.changes import list_versions, plan_delta
+from catalog.changes import derive_changes, finish_changes, list_versions, plan_delta
 from ingest.kafka.apache_kafka import ApacheKafka, create_topic
 from ingest.spark_read import SOURCE_NAME, register
 from ingest.spark_session import local_spark
@@ -105,6 +105,9 @@ class InProcess:
     plan_seconds: float
     """``list_versions`` + ``plan_delta`` of every version: what the stream's driver does."""
     tasks: int
+    derive_seconds: float
+    """Every task's rows as the executors derive them (``derive_changes`` and
+    ``finish_changes`` per version and partition), one after another on one thread."""
     changes_seconds: float
     """``Table.changes(1)``: planning and deriving every version's rows, one thread."""
 
@@ -315,15 +318,22 @@ class _Bench:
 
 def in_process(table: Table) -> InProcess:
     """The stream's work without Spark: the driver's planning of every version (one catalog
-    connection, as the stream's reader holds), then ``Table.changes(1)`` whole."""
+    connection, as the stream's reader holds), the executors' deriving of every task, and
+    ``Table.changes(1)`` whole (whose row count the stream must match)."""
     store, meta = table.catalog.store, table.meta
     started = time.perf_counter()
     entries = list_versions(store, meta, 1, table.current_version())
-    tasks = sum(len(plan_delta(store, meta, entry).by_partition()) for entry in entries)
+    deltas = [d for entry in entries for d in plan_delta(store, meta, entry).by_partition()]
     plan_seconds = time.perf_counter() - started
     started = time.perf_counter()
+    derived = sum(finish_changes(meta, derive_changes(meta, d)).num_rows for d in deltas)
+    derive_seconds = time.perf_counter() - started
+    started = time.perf_counter()
     rows = table.changes(1).num_rows
-    return InProcess(rows, plan_seconds, tasks, time.perf_counter() - started)
+    changes_seconds = time.perf_counter() - started
+    if derived != rows:
+        raise RuntimeError(f"the tasks derived {derived:,} rows, Table.changes(1) {rows:,}")
+    return InProcess(rows, plan_seconds, len(deltas), derive_seconds, changes_seconds)
 
 
 # ------------------------------------------------------------------------------- report
@@ -417,7 +427,9 @@ def _detail(rounds: list[Round]) -> list[str]:
         "",
         "In this process, without Spark (median of the rounds): planning every version "
         f"(`list_versions` + `plan_delta`, {first.local.tasks} tasks) "
-        f"{_median([r.local.plan_seconds for r in rounds]) * 1000:,.0f} ms; "
+        f"{_median([r.local.plan_seconds for r in rounds]) * 1000:,.0f} ms; deriving every "
+        f"task's rows as the executors do, one task after another on one thread "
+        f"{_median([r.local.derive_seconds for r in rounds]):.2f} s; "
         f"`Table.changes(1)` (planning + deriving, one thread) "
         f"{_median([r.local.changes_seconds for r in rounds]):.2f} s = "
         f"{_median([r.local.rows / r.local.changes_seconds for r in rounds]):,.0f} change "
