@@ -14,9 +14,10 @@ later version that changed the files into one snapshot, all in one Iceberg commi
   catalog code (:mod:`catalog.iceberg.pointer`).
 * **CDC tables**: a bucket holding more than one file, or a lone merge run holding deletes or
   partial rows (its rows are changes, not rows), needs merge-on-read, which Iceberg cannot
-  express without delete files. Such versions are skipped: the Iceberg table shows the newest
-  version in which every bucket is one compacted file, and ``lag_versions`` says how far behind
-  the latest version that is.
+  express without delete files; so does a file with a deletion vector (issue 49), on either
+  kind of table, until vectors are exported as Iceberg's. Such versions are skipped: the
+  Iceberg table shows the newest version it can, and ``lag_versions`` says how far behind the
+  latest version that is.
 * Iceberg snapshots of versions that lakestream expired are expired too, so vacuum (which
   deletes what expired versions alone needed) never leaves a snapshot naming a deleted file.
   The current snapshot must stay readable even when expiry outruns the exporter (a lagging CDC
@@ -233,9 +234,10 @@ def _snapshot_versions(tx: Transaction, table: Table, state: _State, latest: int
         plan = table.plan(version=info.version)
         if not all(_expressible(p) for p in plan.merge_partitions):
             continue
-        target = {
-            _absolute(meta, f.path): (p.partition_desc, f) for p in plan.partitions for f in p.files
-        }
+        files = [(p.partition_desc, f) for p in plan.partitions for f in p.files]
+        if any(f.vector is not None for _, f in files):
+            continue  # rows a deletion vector marks: Iceberg would show them (no DVs yet)
+        target = {_absolute(meta, f.path): (desc, f) for desc, f in files}
         added = [path for path in target if path not in state.live]
         removed = [path for path in state.live if path not in target]
         state.version = info.version
