@@ -22,6 +22,7 @@ from typing import Literal, get_args
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog.errors import SchemaError
 from catalog.files.stats import decode_stat, has_min_max
 from catalog.model import ColumnStats, DataFile, StatValue
 
@@ -63,8 +64,8 @@ class Predicate:
             return field.is_valid()
         arrow_type = _column_type(schema, self.column)
         if self.op == "in":
-            return field.isin(_typed_values(_values(self), arrow_type))
-        return _COMPARE[self.op](field, _typed(self.value, arrow_type))
+            return field.isin(_typed_values(_values(self), arrow_type, self.column))
+        return _COMPARE[self.op](field, _typed(self.value, arrow_type, self.column))
 
 
 def _column_type(schema: pa.Schema | None, column: str) -> pa.DataType | None:
@@ -73,24 +74,67 @@ def _column_type(schema: pa.Schema | None, column: str) -> pa.DataType | None:
     return schema.field(column).type
 
 
-def _typed(value: object, arrow_type: pa.DataType | None) -> pa.Scalar:
-    """``value`` as a scalar of the column type when it converts; as it is otherwise (Arrow's
-    own comparison then decides, and explains a mismatch)."""
-    if isinstance(value, pa.Scalar) or arrow_type is None:
-        return value if isinstance(value, pa.Scalar) else pa.scalar(value)
+_ARROW_CONVERSION = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError)
+
+
+def _converted(value: object, arrow_type: pa.DataType) -> pa.Scalar | None:
+    """``value`` as a scalar of the column type, None if it does not convert. Text is parsed
+    the way Arrow casts it (``"2026-01-01"`` against a date column, ``"7"`` against an integer
+    one), as SQL engines and pyiceberg take literals. A fraction is no integer: Arrow would
+    truncate 1.5 to 1 (so ``id < 1.5`` would prune the files holding 1)."""
+    if isinstance(value, float) and pa.types.is_integer(arrow_type) and not value.is_integer():
+        return None
     try:
         return pa.scalar(value, arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
-        return pa.scalar(value)
+    except _ARROW_CONVERSION:
+        pass
+    if not isinstance(value, str):
+        return None
+    try:
+        return pa.scalar(value).cast(arrow_type)
+    except _ARROW_CONVERSION:
+        return None
 
 
-def _typed_values(values: list[object], arrow_type: pa.DataType | None) -> pa.Array | list[object]:
+def _typed(value: object, arrow_type: pa.DataType | None, column: str = "") -> pa.Scalar:
+    """``value`` as a scalar of the column type when it converts; as it is otherwise (Arrow's
+    own comparison then decides: an int against a float column, 1.5 against an integer one).
+
+    Raises:
+        SchemaError: text that is no value of a non-text column (a misspelt date): it would
+            otherwise fail deep in the scan with Arrow's words.
+    """
+    if isinstance(value, pa.Scalar) or arrow_type is None:
+        return value if isinstance(value, pa.Scalar) else pa.scalar(value)
+    converted = _converted(value, arrow_type)
+    if converted is not None:
+        return converted
+    if isinstance(value, str) and not _is_text(arrow_type):
+        raise SchemaError(
+            f"filter on {column!r}: {value!r} is not a value of its type {arrow_type}",
+            column=column,
+        )
+    return pa.scalar(value)
+
+
+def _is_text(arrow_type: pa.DataType) -> bool:
+    return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+
+
+def _typed_values(
+    values: list[object], arrow_type: pa.DataType | None, column: str = ""
+) -> pa.Array | list[object]:
+    """The values of ``in`` as :func:`_typed` takes one (text parsed, a misspelt one refused)."""
     if arrow_type is None:
         return values
     try:
         return pa.array(values, arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
-        return values
+    except _ARROW_CONVERSION:
+        pass
+    scalars = [None if v is None else _typed(v, arrow_type, column) for v in values]
+    if all(s is None or s.type == arrow_type for s in scalars):
+        return pa.array([None if s is None else s.as_py() for s in scalars], arrow_type)
+    return values
 
 
 def to_expression(
@@ -116,9 +160,11 @@ def _ordinal(scalar: pa.Scalar) -> object:
 def _as_column_value(value: object, arrow_type: pa.DataType) -> object | None:
     """``value`` converted to the column type and made orderable; None if it does not convert."""
     try:
-        scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value, arrow_type)
+        scalar = value if isinstance(value, pa.Scalar) else _converted(value, arrow_type)
+        if scalar is None:
+            return None
         scalar = scalar.cast(arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+    except _ARROW_CONVERSION:
         return None
     if not scalar.is_valid:
         return None

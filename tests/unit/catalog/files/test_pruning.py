@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from catalog.errors import SchemaError
 from catalog.files.pruning import Predicate, may_contain, may_match, to_expression
 from catalog.files.stats import column_stats
 from catalog.model import ColumnStats, DataFile
@@ -181,3 +182,25 @@ def test_float_nan_does_not_hide_matches() -> None:
     predicate = Predicate("f", "!=", 1.0)
     assert table.filter(pc.field("f") != 1.0).num_rows == 1
     assert may_match(predicate, stats, pa.float64(), 2)
+
+
+def test_text_against_a_date_column_is_parsed_like_a_literal_and_a_misspelt_one_refused():
+    schema = pa.schema([("day", pa.date32()), ("n", pa.int64())])
+    days = pa.table({"day": [dt.date(2026, 1, 1), dt.date(2026, 1, 2)], "n": [1, 2]}, schema=schema)
+    on_day = Predicate("day", "=", "2026-01-01").to_expression(schema)
+    assert days.filter(on_day).column("n").to_pylist() == [1]
+    among = Predicate("day", "in", ("2026-01-02", None)).to_expression(schema)
+    assert days.filter(among).column("n").to_pylist() == [2]
+    assert days.filter(Predicate("n", "<", "2").to_expression(schema)).num_rows == 1
+    with pytest.raises(SchemaError, match=r"filter on 'day': '2026-13-01' is not a value"):
+        Predicate("day", ">", "2026-13-01").to_expression(schema)
+    assert days.filter(Predicate("n", "=", 1.5).to_expression(schema)).num_rows == 0
+    assert days.filter(Predicate("n", "<", 1.5).to_expression(schema)).num_rows == 1
+
+
+def test_a_fraction_never_prunes_the_integers_below_it():
+    stats = column_stats(pa.table({"n": pa.array([1, 1], pa.int64())}))
+    file = DataFile(path="f.parquet", size_bytes=1, row_count=2, stats=stats)
+    schema = pa.schema([("n", pa.int64())])
+    assert may_contain(file, [Predicate("n", "<", 1.5)], schema)
+    assert not may_contain(file, [Predicate("n", ">", 2)], schema)  # whole numbers still prune
