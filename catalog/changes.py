@@ -16,7 +16,10 @@ after). Per version of the range, in commit order:
   lost to a higher ``sequence-column`` value, an upsert that rewrote identical values, a delete
   of an absent key show as nothing; a key that moved partition is one update.
 * **compaction** versions (and partitions a commit compacted) change no row and emit nothing;
-  expiry commits no version at all.
+  expiry commits no version at all. The exception is a file a compaction names again with a
+  new deletion vector (a resolver's or a statement's marks, design D3): its old and new
+  entries read the same file minus different marks, so the newly marked rows come out as
+  deletes (append tables) or as the keys' effective changes (CDC tables).
 
 The table property ``changes.preimages`` (``true`` by default) decides whether updates carry
 their pre-image. Pre-images are not stored, so keeping them costs nothing at write time and
@@ -41,7 +44,7 @@ offset and asks for ``(offset + 1, latest)``; an empty range (start above end) i
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -51,6 +54,9 @@ from catalog.changefeed import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
+    DELETE,
+    INSERT,
+    POSTIMAGE,
     PREIMAGE,
     change_schema,
     empty_changes,
@@ -73,6 +79,7 @@ from catalog.table_store import snapshots_at
 
 cquery = NamedQueries("catalog", "sql/changes.sql")
 
+_KIND, _RANK = "__ls_kind_order", "__ls_rank"
 #: Above this many rows in the files a CDC version added or removed, its changes are found by
 #: reading the touched partitions whole rather than by looking their keys up.
 LOOKUP_MAX_KEYS = 200_000
@@ -91,17 +98,28 @@ class VersionEntry:
     partition_ops: tuple[CommitOp, ...]
     rows_added: int = 0
     """Rows of the files the version added: a rate limit's estimate of its changes."""
+    vector_partitions: tuple[str, ...] = ()
+    """Partitions it compacted whose entries carry deletion vectors: a vector it added or
+    grew deletes the rows it marks."""
 
     @property
     def changed_partitions(self) -> list[str]:
-        """The partitions whose rows may have changed (a compaction changes none)."""
-        if self.op == CommitOp.COMPACTION:
-            return []
+        """The partitions whose rows may have changed: a compaction's only where its entries
+        carry vectors (a rewrite changes no row)."""
         return [
             d
             for d, op in zip(self.partitions, self.partition_ops, strict=True)
-            if op != CommitOp.COMPACTION
+            if op != CommitOp.COMPACTION or d in self.vector_partitions
         ]
+
+    @property
+    def compacted_partitions(self) -> frozenset[str]:
+        """Partitions whose files it rewrote: only changed vectors count there."""
+        return frozenset(
+            d
+            for d, op in zip(self.partitions, self.partition_ops, strict=True)
+            if op == CommitOp.COMPACTION
+        )
 
 
 def preimages_wanted(meta: TableMeta) -> bool:
@@ -155,17 +173,24 @@ class VersionDelta:
     before: tuple[PartitionSnapshot, ...]
     after: tuple[PartitionSnapshot, ...]
 
-    def by_partition(self) -> list[VersionDelta]:
-        """One delta per partition: a version's partitions change independently (a key lives
-        in one partition at a time, a moved key is a delete in one and an insert in another)."""
-        descs = sorted({s.partition_desc for s in (*self.before, *self.after)})
+    def by_bucket(self, meta: TableMeta) -> list[VersionDelta]:
+        """The delta in independent parts: per hash bucket on a CDC table (a key hashes to one
+        bucket number in every range partition, so a key that moved partition stays in one
+        part, and stays one update), per partition on an append table (no key pairs rows
+        across partitions). Each part's keys are looked up in that part's files only."""
+
+        def group(desc: str) -> str:
+            _, bucket = meta.spec.parse(desc)
+            return str(bucket) if meta.is_cdc and bucket is not None else desc
+
+        groups = sorted({group(s.partition_desc) for s in (*self.before, *self.after)})
         return [
             VersionDelta(
                 self.entry,
-                tuple(s for s in self.before if s.partition_desc == d),
-                tuple(s for s in self.after if s.partition_desc == d),
+                tuple(s for s in self.before if group(s.partition_desc) == g),
+                tuple(s for s in self.after if group(s.partition_desc) == g),
             )
-            for d in descs
+            for g in groups
         ]
 
 
@@ -194,6 +219,7 @@ def list_versions(store: PgStore, meta: TableMeta, first: int, last: int) -> lis
             partitions=tuple(r["partitions"]),
             partition_ops=tuple(CommitOp(o) for o in r["partition_ops"]),
             rows_added=int(r["rows_added"] or 0),
+            vector_partitions=tuple(r["vector_partitions"]),
         )
         for r in rows
     ]
@@ -272,7 +298,9 @@ def derive_changes(
     if not delta.before and not delta.after:
         return empty_changes(meta.user_schema)
     at = entry.committed_at.astimezone(dt.UTC)
-    removed, added = _file_changes(delta.before, delta.after)
+    removed, added = _file_changes(delta.before, delta.after, entry.compacted_partitions)
+    if not removed and not added:  # a compaction's entries named again with the same vectors
+        return empty_changes(meta.user_schema)
     if not meta.is_cdc:
         return multiset_diff(_rows(meta, removed), _rows(meta, added), entry.version, at)
     lookup = _key_lookup(meta, [*removed, *added])
@@ -284,6 +312,17 @@ def derive_changes(
         old = _lookup(meta, entry.version - 1, delta.before, lookup)
         new = _lookup(meta, entry.version, delta.after, lookup)
     return keyed_diff(old, new, meta.primary_key, entry.version, at)
+
+
+def in_version_order(changes: pa.Table, key: Sequence[str]) -> pa.Table:
+    """One version's changes as :func:`keyed_diff` orders them: deletes, then updates (each
+    pre-image right before its post-image), then inserts, each kind by key; append tables'
+    deletes then inserts keep their order."""
+    rank = pc.index_in(changes.column(CHANGE_TYPE), pa.array([DELETE, PREIMAGE, POSTIMAGE, INSERT]))
+    kind = pc.if_else(pc.equal(rank, 2), 1, rank)  # a post-image sorts with its pre-image
+    ordered = changes.append_column(_KIND, kind).append_column(_RANK, rank)
+    by = [(_KIND, "ascending"), *((k, "ascending") for k in key), (_RANK, "ascending")]
+    return ordered.sort_by(by).drop_columns([_KIND, _RANK])
 
 
 def _key_lookup(meta: TableMeta, files: Sequence[DataFile]) -> ScanFilter | None:
@@ -373,21 +412,45 @@ class ChangeFeed:
         return self._finish(folded)
 
     def version_changes(self, entry: VersionEntry) -> pa.Table:
-        """Every change ``entry``'s version made, pre-images included, all user columns."""
-        return derive_changes(self.meta, plan_delta(self.store, self.meta, entry), self._cache)
+        """Every change ``entry``'s version made, pre-images included, all user columns: its
+        parts derived one by one (as Spark's tasks do), then in the order of one version's
+        changes (deletes, updates, inserts, each by key)."""
+        delta = plan_delta(self.store, self.meta, entry)
+        parts = [
+            derive_changes(self.meta, part, self._cache) for part in delta.by_bucket(self.meta)
+        ]
+        if len(parts) <= 1:
+            return parts[0] if parts else empty_changes(self.meta.user_schema)
+        return in_version_order(pa.concat_tables(parts), self.meta.primary_key)
 
     def _finish(self, changes: pa.Table) -> pa.Table:
         return finish_changes(self.meta, changes, columns=self.columns, scan_filter=self._filter)
 
 
 def _file_changes(
-    before: Sequence[PartitionSnapshot], after: Sequence[PartitionSnapshot]
+    before: Sequence[PartitionSnapshot],
+    after: Sequence[PartitionSnapshot],
+    compacted: Collection[str] = (),
 ) -> tuple[list[DataFile], list[DataFile]]:
-    """The files (as DataFiles) a version removed and added, over the given partitions."""
-    old = {f.path: f for s in before for f in s.live_files()}
-    new = {f.path: f for s in after for f in s.live_files()}
-    removed = [f for p, f in old.items() if p not in new]
-    added = [f for p, f in new.items() if p not in old]
+    """The file entries (as DataFiles) a version removed and added, over the given partitions.
+
+    A file named again with another deletion vector is both: its old entry removed, its new one
+    added, so the rows its new vector marks read as deleted (the two entries read the same file
+    minus different marks). In ``compacted`` partitions only such entries count: a rewrite
+    changes no row, so its outputs and inputs would only cancel out at the cost of reading them.
+    """
+    old = {f.path: (s.partition_desc, f) for s in before for f in s.live_files()}
+    new = {f.path: (s.partition_desc, f) for s in after for f in s.live_files()}
+    removed, added = [], []
+    for path, (desc, file) in old.items():
+        now = new.get(path)
+        if now is None:
+            if desc not in compacted:
+                removed.append(file)
+        elif now[1].vector != file.vector:
+            removed.append(file)
+            added.append(now[1])
+    added += [f for p, (d, f) in new.items() if p not in old and d not in compacted]
     return removed, added
 
 

@@ -129,7 +129,8 @@ class DataFile(_Frozen):
     says whether the rows a CDC run replaces in older files have been marked (see
     docs/design/deletion-vectors.md, D2 and D3). Both are optional and absent from entries that
     do not set them. Only reset ops (``compaction``, ``update``) may set them, and no writer
-    does yet: readers refuse a file with a vector (:func:`catalog.files.vectors.refuse_vectors`).
+    does yet; every reader reads a file minus the rows its vector marks. ``row_count`` stays the
+    rows the file holds as written.
     """
 
     path: str = Field(min_length=1)

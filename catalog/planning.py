@@ -3,8 +3,9 @@
 A partition whose snapshot holds merge commits needs merge-on-read (its files are sorted runs of
 one bucket, applied in commit order); every other partition is a plain scan of its live files.
 
-Readers do not apply deletion vectors yet: a plan holding a file with one is refused
-(:func:`catalog.files.vectors.refuse_vectors`), never read with its deleted rows.
+A file's deletion vector rides in its entry (``DataFile.vector``, the manifest's ``vector``
+column): plans carry it as they carry the path, and every reader applies it
+(:mod:`catalog.files.reader`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from functools import cached_property
 
 import pyarrow as pa
 
-from catalog.files.vectors import refuse_vectors
 from catalog.manifest import FileManifest
 from catalog.meta import TableMeta
 from catalog.model import DataFile
@@ -86,13 +86,7 @@ PartitionFilter = Callable[[dict[str, str | None]], bool]
 def plan_scan(
     meta: TableMeta, table_version: int, snapshots: Sequence[PartitionSnapshot]
 ) -> ScanPlan:
-    """The scan of these partition snapshots.
-
-    Raises:
-        VectorsNotReadableError: a file has a deletion vector (see the module docstring).
-    """
-    vectored = [(s.partition_desc, s.files) for s in snapshots if s.has_vectors]
-    refuse_vectors(str(meta.name), vectored)
+    """The scan of these partition snapshots."""
     scans = []
     for snapshot in snapshots:
         values, bucket = meta.spec.parse(snapshot.partition_desc)

@@ -293,7 +293,8 @@ class Table:
 
         ``net`` folds the range to one net change per key (append tables: per distinct row),
         so a row inserted and deleted inside it vanishes. ``columns`` and ``filter`` (as in
-        :meth:`scan`) apply to the change rows. Compactions emit nothing. How each kind of
+        :meth:`scan`) apply to the change rows. Compactions emit nothing, except for the rows
+        a deletion vector they add marks (deletes). How each kind of
         commit maps to changes, and what it costs: :mod:`catalog.changes`.
 
         Raises:

@@ -70,7 +70,8 @@ class CompactionTask:
 
     @property
     def input_rows(self) -> int:
-        return sum(f.row_count for f in self.inputs)
+        """Live rows: those an input's deletion vector marks are not read into the outputs."""
+        return sum(f.row_count - (f.vector.cardinality if f.vector else 0) for f in self.inputs)
 
 
 @dataclass(frozen=True)

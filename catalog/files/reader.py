@@ -15,6 +15,13 @@ up to 16 batches in flight), not by the file list. With :class:`Predicate` filte
 statistics exclude a match are skipped before they are opened, and the filter is pushed into
 the Parquet scan (row-group statistics).
 
+Deletion vectors: a file whose entry has one reads as its rows minus the positions it marks
+(0-based, counting the file's rows as written). Such a file leaves the dataset fast path: it is
+read row group by row group (a dataset scan carries no row index), each batch masked before
+the filter, row groups pruned by the filter's statistics. A whole-file read (a compaction bin)
+drops the marked rows; a merge run is masked before the merge, so a marked row never competes
+for its key.
+
 Merge-on-read (:func:`read_merged`): the runs of ONE bucket are read whole (projected columns
 only), merged with the vectorised kernel of :mod:`catalog.files.merge` and yielded in batches.
 A bucket is the unit of parallelism and of memory: peak memory is about twice the decoded size of
@@ -44,9 +51,10 @@ from collections.abc import Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -57,6 +65,7 @@ from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
 from catalog.files.storage import Location, Storage, storage_for
+from catalog.files.vectors import keep_mask, load_vector, vector_positions
 from catalog.manifest import FileManifest
 from catalog.model import (
     ROW_KIND_COLUMN,
@@ -64,6 +73,7 @@ from catalog.model import (
     UNSET_COLUMN,
     UNSET_TYPE,
     DataFile,
+    VectorRef,
 )
 
 if TYPE_CHECKING:
@@ -178,14 +188,26 @@ def read_whole_files(
     storage = storage_for(location)
     fs = storage.filesystem
     tables: list[pa.Table] = []
-    for current, group in itertools.groupby(files, key=lambda f: f.schema_id == schema_id):
-        paths = [_path(storage, file) for file in group]
+
+    def together(file: DataFile) -> bool:
+        return file.schema_id == schema_id and file.vector is None
+
+    for current, group in itertools.groupby(files, key=together):
         if current:
-            dataset = _dataset(paths, fs, schema)
+            dataset = _dataset([_path(storage, file) for file in group], fs, schema)
             tables.append(dataset.to_table())
-        else:
-            tables += [_read_aligned(fs, path, schema) for path in paths]
+            continue
+        for file in group:
+            table = _read_aligned(fs, _path(storage, file), schema)
+            if file.vector is not None:  # a rewrite drops the rows its vector marks
+                positions = _positions(storage, file.vector)
+                table = table.filter(pa.array(keep_mask(positions, 0, table.num_rows)))
+            tables.append(table)
     return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _positions(storage: Storage, ref: VectorRef) -> npt.NDArray[np.uint64]:
+    return vector_positions(load_vector(storage, ref))
 
 
 def _read_aligned(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
@@ -221,35 +243,97 @@ def read_files(
     fs = storage.filesystem
     kept = _kept(files, predicates, schema)
 
-    def current(file: tuple[str, int | None]) -> bool:
-        return schema_id is not None and file[1] == schema_id
+    def together(file: _Kept) -> bool:
+        return schema_id is not None and file.schema_id == schema_id and file.vector is None
 
-    for together, group in itertools.groupby(kept, key=current):
-        paths = [storage.path(relative) for relative, _ in group]
-        if together:
+    for fast, group in itertools.groupby(kept, key=together):
+        if fast:
+            paths = [storage.path(file.path) for file in group]
             yield from _scan_files(fs, paths, schema, wanted, expression, batch_size=batch_size)
             continue
-        for path in paths:
-            yield from _scan_file(fs, path, schema, wanted, expression, batch_size=batch_size)
+        for file in group:
+            path = storage.path(file.path)
+            if file.vector is None:
+                yield from _scan_file(fs, path, schema, wanted, expression, batch_size=batch_size)
+                continue
+            positions = _positions(storage, file.vector)
+            yield from _scan_vectored(
+                fs, path, schema, wanted, expression, positions=positions, batch_size=batch_size
+            )
+
+
+class _Kept(NamedTuple):
+    """A file a read keeps: relative path, schema id (None: unknown), deletion vector. A tuple:
+    a plan of many small files builds one per file."""
+
+    path: str
+    schema_id: int | None = None
+    vector: VectorRef | None = None
 
 
 def _kept(
     files: Sequence[DataFile | str] | FileManifest,
     predicates: Sequence[Predicate],
     schema: pa.Schema,
-) -> Iterator[tuple[str, int | None]]:
-    """The relative path and schema id (None: unknown) of each file a match may be in. A
-    manifest is only turned into DataFile objects when predicates need their statistics: a few
-    microseconds a file, which a scan of many small files would pay for nothing."""
+) -> Iterator[_Kept]:
+    """Each file a match may be in. A manifest is only turned into DataFile objects when
+    predicates need their statistics: a few microseconds a file, which a scan of many small
+    files would pay for nothing (a vector is parsed only for the files that have one)."""
     if isinstance(files, FileManifest):
         if not predicates:
             ids: list[int] = files.table.column("schema_id").to_pylist()
-            yield from zip(files.paths, ids, strict=True)
+            vectors: list[str] = files.table.column("vector").to_pylist()
+            for path, schema_id, vector in zip(files.paths, ids, vectors, strict=True):
+                ref = VectorRef.model_validate_json(vector) if vector else None
+                yield _Kept(path, schema_id, ref)
             return
         files = files.data_files()
     for file in files:
-        if not _skip(file, predicates, schema):
-            yield (file.path, file.schema_id) if isinstance(file, DataFile) else (file, None)
+        if isinstance(file, str):
+            yield _Kept(file)
+        elif not _skip(file, predicates, schema):
+            yield _Kept(file.path, file.schema_id, file.vector)
+
+
+def _scan_vectored(
+    fs: pafs.FileSystem,
+    path: str,
+    schema: pa.Schema,
+    columns: Sequence[str],
+    expression: pc.Expression | None,
+    *,
+    positions: npt.NDArray[np.uint64],
+    batch_size: int,
+) -> Iterator[pa.RecordBatch]:
+    """A file read minus the rows its vector marks. Positions count the file's rows as written,
+    so the mask must come before the filter: the file is read row group by row group (each
+    group's first position is the sum of the rows before it) and every batch is masked, then
+    filtered. Row groups whose statistics exclude the filter are skipped, as a dataset scan
+    would skip them; pyarrow's dataset scans carry no row index, so they cannot be used here."""
+    file = pq.ParquetFile(path, filesystem=fs)
+    physical = file.schema_arrow
+    same = _same_columns(physical, schema)
+    needed = list(columns) if same and expression is None else list(schema.names)
+    present = [n for n in needed if n in physical.names] or physical.names[:1]  # rows to count
+    sizes = [file.metadata.row_group(i).num_rows for i in range(file.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    groups: Sequence[int] = range(file.num_row_groups)
+    if expression is not None and same:
+        fragment = next(iter(_dataset(path, fs).get_fragments()))
+        groups = [g.id for g in fragment.subset(filter=expression).row_groups]
+    out = _subschema(schema, columns)
+    for group in groups:
+        start = int(starts[group])
+        for batch in file.iter_batches(
+            batch_size=batch_size, row_groups=[group], columns=present, use_threads=False
+        ):
+            kept = batch.filter(pa.array(keep_mask(positions, start, batch.num_rows)))
+            start += batch.num_rows
+            if not same:
+                kept = align_to_schema(kept, schema)
+            result = _filter_project(kept, expression, columns)
+            if result.num_rows:
+                yield result if result.schema.equals(out) else _conform(result, out)
 
 
 def _scan_files(
@@ -344,6 +428,7 @@ def _read_run(
     *,
     dictionaries: Sequence[str],
     partial: bool = False,
+    positions: npt.NDArray[np.uint64] | None = None,
 ) -> pa.Table:
     """One run, whole, as ``schema`` (+ row kind), rows outside the key filter left out; the
     ``dictionaries`` columns as dictionary arrays (see :func:`_late_strings`). With ``partial``
@@ -352,14 +437,15 @@ def _read_run(
 
     Unfiltered, the file is read directly (a ``pyarrow.dataset`` per run would cost ~0.6 ms of
     discovery and scanner set-up); a key filter goes through a dataset scan, which skips row
-    groups by their statistics (a key lookup in a large run).
+    groups by their statistics (a key lookup in a large run). A run with a deletion vector
+    (``positions``) is read whole and masked before the key filter, which would shift positions.
     """
     physical = footer.schema.to_arrow_schema()
     present = [n for n in schema.names if n in physical.names]
     system = [c for c in _system_columns(partial) if c in physical.names]
     present += system
     same = _same_columns(physical, schema)
-    if same and key_filter is not None:
+    if same and key_filter is not None and positions is None:
         dataset = _dataset(path, fs)
         table = dataset.to_table(columns=present, filter=key_filter)
     else:
@@ -367,6 +453,10 @@ def _read_run(
             path, metadata=footer, read_dictionary=list(dictionaries) or None, filesystem=fs
         )
         table = file.read(columns=present, use_threads=False)
+        if positions is not None:
+            table = table.filter(pa.array(keep_mask(positions, 0, table.num_rows)))
+            if same and key_filter is not None:
+                table = table.filter(key_filter)
     if not same:
         aligned = align_to_schema(table.drop_columns(system), schema)
         for name in system:
@@ -411,11 +501,14 @@ def _read_runs(
     *,
     compared: Collection[str] = (),
     concurrent: bool = True,
+    vectors: Sequence[npt.NDArray[np.uint64] | None] = (),
 ) -> list[pa.Table]:
     """Read the runs, keeping their order: concurrently (Arrow decodes without the GIL) unless
     the caller already reads several buckets at once. With ``compared`` (the columns the merge
     sorts by), low-cardinality string columns not among them come as dictionary arrays
-    (:func:`_late_strings`); :func:`_decode_dictionaries` turns them back into strings."""
+    (:func:`_late_strings`); :func:`_decode_dictionaries` turns them back into strings.
+    ``vectors`` gives each run's deletion vector positions (None: none), masked before the
+    merge: a marked row never competes for its key."""
     footers = [pq.read_metadata(p, filesystem=fs) for p in paths]
     late = bool(compared) and key_filter is None
     dictionaries = _late_strings(footers, schema, compared) if late else []
@@ -423,7 +516,14 @@ def _read_runs(
 
     def read(i: int) -> pa.Table:
         return _read_run(
-            fs, paths[i], footers[i], schema, key_filter, dictionaries=dictionaries, partial=partial
+            fs,
+            paths[i],
+            footers[i],
+            schema,
+            key_filter,
+            dictionaries=dictionaries,
+            partial=partial,
+            positions=vectors[i] if vectors else None,
         )
 
     if len(paths) <= 1 or not concurrent:
@@ -497,10 +597,13 @@ class _MergeRead:
 
     def bucket(self, runs: Sequence[DataFile | str], *, concurrent: bool) -> pa.Table | None:
         """The merged rows of one bucket (None when no run can hold a match)."""
-        paths = [
-            _path(self.storage, run)
-            for run in runs
-            if not _skip(run, self.key_predicates, self.schema)
+        kept = [run for run in runs if not _skip(run, self.key_predicates, self.schema)]
+        paths = [_path(self.storage, run) for run in kept]
+        vectors = [
+            _positions(self.storage, run.vector)
+            if isinstance(run, DataFile) and run.vector is not None
+            else None
+            for run in kept
         ]
         compared = [*self.primary_key, *([self.sequence_column] if self.sequence_column else [])]
         tables = _read_runs(
@@ -510,6 +613,7 @@ class _MergeRead:
             self.key_filter,
             compared=compared,
             concurrent=concurrent,
+            vectors=vectors,
         )
         if not tables:
             return None

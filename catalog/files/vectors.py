@@ -28,8 +28,9 @@ A vector shares its file's entry, so it lives and dies with it: expiry hands a v
 cleanup when no remaining entry names it, vacuum keeps every vector file an entry names, and
 a vector can never outlive its data file (:func:`entry_paths`).
 
-No writer produces vectors yet, and the readers cannot apply them: a plan that meets one is
-refused (:func:`refuse_vectors`) rather than read wrong.
+Readers apply vectors (:mod:`catalog.files.reader`): a vectored file is read row group by row
+group, each batch masked by :func:`keep_mask` before any row filter, so positions always count
+the file's rows as written. No writer produces vectors yet (design step 3 and on).
 """
 
 from __future__ import annotations
@@ -75,14 +76,14 @@ class VectorFormatError(CatalogError, ValueError):
 
 
 class VectorsNotReadableError(CatalogError):
-    """A plan met a file with a deletion vector, which this version's readers cannot apply:
-    reading the file whole would bring its deleted rows back."""
+    """A consumer that cannot apply deletion vectors met a file with one: taking the file
+    whole would bring its deleted rows back (see :func:`refuse_vectors`)."""
 
     def __init__(self, *, table: str, partition: str, path: str) -> None:
         super().__init__(
             f"{table}: file {path!r} of partition {partition!r} has a deletion vector, which "
-            "this version of lakestream cannot read yet; read it with a version that applies "
-            "deletion vectors"
+            "this consumer cannot apply (it takes data files whole); read the table through "
+            "lakestream's readers, which apply deletion vectors"
         )
         self.table = table
         self.partition = partition
@@ -153,6 +154,20 @@ def decode_vector(blob: bytes | memoryview, *, location: str | None = None) -> B
 def vector_positions(bitmap: BitMap64) -> npt.NDArray[np.uint64]:
     """The positions in ascending order, as readers mask batches with them."""
     return np.frombuffer(bitmap.to_array(), dtype=np.uint64)
+
+
+def keep_mask(positions: npt.NDArray[np.uint64], start: int, length: int) -> npt.NDArray[np.bool_]:
+    """Which of the file's rows ``start`` to ``start + length - 1`` its vector leaves alive.
+
+    ``positions`` are sorted (:func:`vector_positions`), so the marks falling in the batch are
+    found by two binary searches: a batch costs its own length, never the vector's.
+    """
+    keep = np.ones(length, dtype=np.bool_)
+    bounds = np.array([start, start + length], dtype=np.uint64)
+    lo, hi = np.searchsorted(positions, bounds)
+    if hi > lo:
+        keep[(positions[lo:hi] - np.uint64(start)).astype(np.int64)] = False
+    return keep
 
 
 # -- where vectors are kept --------------------------------------------------------------------
@@ -339,9 +354,10 @@ def entry_paths(entry: Mapping[str, Any]) -> list[str]:
 
 
 def refuse_vectors(table: str, partitions: Sequence[tuple[str, FileManifest]]) -> None:
-    """Refuse a plan that holds a file with a deletion vector: the readers do not apply
-    vectors yet (design step 2), and reading such a file whole would return deleted rows.
-    Planners pass only the partitions that may hold one
+    """Refuse a file set that holds a file with a deletion vector, for a consumer that takes
+    files whole and cannot apply vectors (an export that publishes data files as they are would
+    otherwise return deleted rows). Every reader of :mod:`catalog.files.reader` applies them.
+    Callers pass only the partitions that may hold one
     (:attr:`catalog.snapshots.PartitionSnapshot.has_vectors`, found for a whole load at once).
 
     Raises:

@@ -3,12 +3,19 @@
 
 -- name: versions_between
 -- The versions of a range with what each did to which partitions (a version that touched no
--- partition - a table's creation - has none).
+-- partition - a table's creation - has none), and the partitions a compaction named with
+-- deletion vectors (a vector it added deletes rows; whether it did is told by the entries).
 SELECT v.version, v.commit_op, v.committed_at, (v.summary ->> 'rows_added')::bigint AS rows_added,
        coalesce(array_agg(p.partition_desc ORDER BY p.partition_desc)
                 FILTER (WHERE p.partition_desc IS NOT NULL), '{}') AS partitions,
        coalesce(array_agg(p.commit_op ORDER BY p.partition_desc)
-                FILTER (WHERE p.partition_desc IS NOT NULL), '{}') AS partition_ops
+                FILTER (WHERE p.partition_desc IS NOT NULL), '{}') AS partition_ops,
+       coalesce(array_agg(p.partition_desc ORDER BY p.partition_desc)
+                FILTER (WHERE p.commit_op = 'compaction' AND EXISTS (
+                    SELECT 1 FROM data_commit_info d
+                    WHERE d.table_id = p.table_id AND d.partition_desc = p.partition_desc
+                      AND d.commit_id = ANY (p.commit_ids)
+                      AND d.file_ops @? '$[*].file.vector')), '{}') AS vector_partitions
 FROM table_version v
 LEFT JOIN partition_info p ON p.table_id = v.table_id AND p.table_version = v.version
 WHERE v.table_id = %(table_id)s AND v.version BETWEEN %(first)s AND %(last)s

@@ -228,7 +228,7 @@ class ChangePlanner:
         spec = replace(self.spec, meta=table.meta)
         parts: list[InputPartition] = []
         for entry in list_versions(store, table.meta, first, last):
-            for delta in plan_delta(store, table.meta, entry).by_partition():
+            for delta in plan_delta(store, table.meta, entry).by_bucket(table.meta):
                 parts.append(DeltaPartition(spec, delta))
         _log().info(
             "lakestream changes planned",

@@ -68,8 +68,7 @@ def mark(table: Table, data_file: DataFile, ref: VectorRef) -> int:
 
 
 def entries_at(catalog: Catalog, table: Table, version: int) -> list[DataFile]:
-    """The file entries a version holds, as expiry and the commit protocol read them (plans
-    refuse files with vectors until the readers apply them)."""
+    """The file entries a version holds, as expiry and the commit protocol read them."""
     with catalog.store.connection() as conn:
         heads = all_partition_heads(conn, table.meta.table_id, version)
         return [f for s in load_snapshots(conn, table.meta.table_id, heads) for f in s.live_files()]

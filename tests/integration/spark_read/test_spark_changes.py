@@ -266,3 +266,23 @@ def test_max_rows_per_trigger_is_a_soft_limit_of_whole_versions(
     assert len(batches) > 1
     for versions in batches:  # one version however large, or versions within the limit
         assert len(versions) == 1 or sum(added[v] for v in versions) <= 4
+
+
+def test_a_key_that_moved_partition_is_one_update_in_spark_as_in_table_changes(
+    lakestream: SparkSession, catalog: Catalog, catalog_dsn: str
+):
+    table = catalog.create_table(
+        "shop.placed", ORDERS, primary_key=["id"], hash_buckets=2, partition_by=["region"]
+    )
+    table.upsert(orders((1, "eu", 1.0), (2, "eu", 2.0), (3, "us", 3.0)))
+    table.upsert(orders((1, "us", 1.5), (4, "us", 4.0)))  # 1 moves from eu to us
+    spark_changes = read_changes(lakestream, catalog_dsn, "shop.placed", startingVersion=2)
+    got = change_rows(spark_changes.toArrow())
+    assert got == change_rows(table.changes(2))
+    assert got == Counter(
+        {
+            (1, "eu", 1.0, "update_preimage", 2): 1,
+            (1, "us", 1.5, "update_postimage", 2): 1,
+            (4, "us", 4.0, "insert", 2): 1,
+        }
+    )

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 from catalog import Catalog, Table
 from ingest.spark_read import SOURCE_NAME, register
 from jobs.localpg import LocalPostgres
+from tests.fixtures.vectors import mark_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -172,6 +173,29 @@ def test_plain_partitions_split_into_file_groups_of_bounded_size(
     frame = read(lakestream, catalog_dsn, "logs.events", maxSplitBytes=1)
     assert frame.rdd.getNumPartitions() == files == 6
     assert spark_rows(frame) == as_set(event_log.scan().to_arrow())
+
+
+def test_marked_rows_are_left_out_by_every_task(
+    lakestream: SparkSession, catalog_dsn: str, event_log: Table, order_book: Table
+):
+    """Plain file groups and merged buckets alike: each task loads its files' vectors (inline,
+    or from the vector file through the shipped storage options) and masks before filtering."""
+    before = event_log.current_version()
+    mark_rows(event_log, {1, 5})  # inline
+    mark_rows(event_log, {2}, inline_max=0)  # in a vector file
+    mark_rows(order_book, {41.0, 80.0}, column="total")  # key 4's newest change; key 8
+
+    plain = read(lakestream, catalog_dsn, "logs.events", maxSplitBytes=1)
+    filtered = read(lakestream, catalog_dsn, "logs.events").where("total > 1.0").select("id")
+    merged = read(lakestream, catalog_dsn, "shop.orders")
+    past = read(lakestream, catalog_dsn, "logs.events", versionAsOf=before)
+
+    assert {r[0] for r in spark_rows(plain)} == {3, 4}
+    assert spark_rows(plain) == as_set(event_log.scan().to_arrow())
+    assert {r.id for r in filtered.collect()} == {3, 4}
+    assert spark_rows(merged) == as_set(order_book.scan().to_arrow())
+    assert (4, "us", 40.0) in spark_rows(merged) and 8 not in {r.id for r in merged.collect()}
+    assert past.count() == 5
 
 
 def test_empty_table_reads_no_rows(lakestream: SparkSession, catalog: Catalog, catalog_dsn: str):

@@ -16,7 +16,6 @@ from catalog import (
     FileOp,
     PartitionCommit,
     VectorRef,
-    VectorsNotReadableError,
 )
 from catalog.snapshots import all_partition_heads, load_snapshots
 from tests.fixtures.commits import adds, file_names, rewrite
@@ -62,7 +61,7 @@ def test_appends_after_a_compaction_follow_its_whole_file_set(catalog: Catalog):
     assert file_names(table.plan(version=base).files) == ["a", "b", "c"]
 
 
-def test_vectors_and_resolved_flags_come_back_and_plans_refuse_vectored_files(catalog: Catalog):
+def test_vectors_and_resolved_flags_come_back_in_plans_and_snapshots(catalog: Catalog):
     table = catalog.create_table("logs.marked", SCHEMA, partition_by=["region"])
     table.commit(CommitOp.APPEND, [adds("region=eu", "a", "b")])
     before = table.current_version()
@@ -88,11 +87,7 @@ def test_vectors_and_resolved_flags_come_back_and_plans_refuse_vectored_files(ca
         base_version=marked,
     )
 
-    with pytest.raises(VectorsNotReadableError, match="has a deletion vector") as raised:
-        table.plan()
-    assert (raised.value.partition, raised.value.path) == ("region=eu", a.path)
-    with pytest.raises(VectorsNotReadableError):
-        table.scan().to_arrow()
+    assert table.plan().files == [*entries, c]  # plans carry vectors; readers apply them
     assert table.plan(version=before).files == [a, b]  # time travel to before the vector
     with catalog.store.connection() as conn:
         heads = all_partition_heads(conn, table.meta.table_id, table.current_version())
