@@ -16,6 +16,7 @@ from ingest.spark_read import SOURCE_NAME, register
 from tests.fixtures.broker import KafkaTestHelper
 from tests.fixtures.debezium_events import customer, customer_change
 from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.fixtures.vectors import mark_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ORDERS = pa.schema([("id", pa.int64()), ("region", pa.string()), ("total", pa.float64())])
@@ -53,6 +54,9 @@ def test_the_spark_reader_reads_an_s3_table_at_any_version(
 
     assert read() == {(1, "eu", 1.0), (2, "us", 20.0)}
     assert read(versionAsOf="1") == {(1, "eu", 1.0), (2, "us", 2.0), (3, "eu", 3.0)}
+    # executors load a vector file from the bucket with the options the driver shipped
+    mark_rows(cdc, {20.0}, column="total", inline_max=0)
+    assert read() == {(1, "eu", 1.0), (2, "us", 2.0)}
 
 
 def test_the_ingest_job_writes_its_batches_to_the_bucket(

@@ -18,6 +18,7 @@ import pytest
 from catalog import Catalog, IdempotencyKey
 from tests.fixtures.compaction import compact_all, files_on_disk, rows_at
 from tests.fixtures.s3 import S3Server
+from tests.fixtures.vectors import mark_rows
 
 pytestmark = pytest.mark.integration
 ORDERS = pa.schema([("id", pa.int64()), ("region", pa.string()), ("total", pa.float64())])
@@ -169,3 +170,20 @@ def test_vacuum_deletes_expired_files_and_orphans_from_the_bucket(
     # pyarrow leaves an empty "data/" marker where a deletion empties a folder: not a file
     assert len([k for k in s3_server.keys(s3_bucket) if not k.endswith("/")]) == 1
     assert rows_at(log) == [(0, "eu", 0.0), (1, "eu", 1.0), (2, "eu", 2.0)]
+
+
+def test_deletion_vectors_inline_and_in_vector_files_on_the_bucket(s3_catalog: Catalog):
+    """Vectors kept in the bucket are read through the storage seam, as the data files are."""
+    events = s3_catalog.create_table("shop.events", ORDERS, partition_by=["region"])
+    events.append(orders((1, "eu", 1.0), (2, "eu", 2.0), (3, "us", 3.0), (4, "us", 4.0)))
+    events.append(orders((5, "eu", 5.0), (6, "us", 6.0)))  # two files a partition: a bin
+    mark_rows(events, {1})
+    mark_rows(events, {4}, inline_max=0)
+    alive = [(2, "eu", 2.0), (3, "us", 3.0), (5, "eu", 5.0), (6, "us", 6.0)]
+
+    assert rows_at(events) == alive
+    assert len(rows_at(events, 2)) == 6
+    assert any(f.endswith(".puffin") for f in files_on_disk(events))
+    compact_all(s3_catalog, events)
+    assert rows_at(events) == alive
+    assert all(f.vector is None for f in events.plan().files)
