@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from catalog import Catalog, Table
 from catalog.changefeed import CHANGE_TYPE, COMMIT_VERSION
 from ingest.spark_read import SOURCE_NAME, register
+from tests.fixtures.vectors import mark_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -150,6 +151,35 @@ def test_a_batch_change_read_of_an_append_table_and_a_subset_of_columns(
     frame = reader.option("catalog", catalog_dsn).option("startingVersion", 2).load("logs.orders")
     got = Counter(tuple(r) for r in frame.collect())
     assert got == Counter({(3, "insert", 2): 1, (1, "delete", 3): 1})
+
+
+def test_a_vector_version_reads_in_spark_as_in_table_changes(
+    lakestream: SparkSession, catalog: Catalog, catalog_dsn: str, order_book: Table
+):
+    """A compaction that only marks rows: its marked rows are deletes (append table) and the
+    marked keys' effective change (CDC table), derived on the executors as in Table.changes."""
+    log = catalog.create_table("logs.orders", ORDERS, partition_by=["region"])
+    log.append(orders((1, "eu", 1.0), (2, "us", 2.0), (3, "eu", 3.0)))
+    marked_log = mark_rows(log, {1, 2})
+    marked_book = mark_rows(order_book, {41.0, 80.0}, column="total", inline_max=0)
+
+    log_changes = read_changes(lakestream, catalog_dsn, "logs.orders", startingVersion=marked_log)
+    book_changes = read_changes(
+        lakestream, catalog_dsn, "shop.orders", startingVersion=marked_book
+    ).toArrow()
+
+    assert {(r.id, r._change_type) for r in log_changes.collect()} == {
+        (1, "delete"),
+        (2, "delete"),
+    }
+    assert change_rows(book_changes) == change_rows(order_book.changes(marked_book))
+    assert change_rows(book_changes) == Counter(
+        {
+            (4, "us", 41.0, "update_preimage", marked_book): 1,
+            (4, "us", 40.0, "update_postimage", marked_book): 1,
+            (8, "us", 80.0, "delete", marked_book): 1,
+        }
+    )
 
 
 def test_change_read_options_are_checked_at_load(
