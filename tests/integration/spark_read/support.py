@@ -1,6 +1,6 @@
-"""This folder's helper: a second Spark job, as a user writes one: it follows a CDC table's changes with
-``spark.readStream.format("lakestream")`` and keeps an aggregate table (amount and orders per
-region) current, exactly once.
+"""This folder's helper: a second Spark job, as a user writes one: it follows a CDC table's
+changes with ``spark.readStream.format("lakestream")`` and keeps an aggregate table (amount
+and orders per region) current, exactly once.
 
 Exactly once rests on two things: Spark's checkpoint says which versions a micro-batch holds
 (a restarted query replays an unfinished batch with the same versions and the same batch id),
