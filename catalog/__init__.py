@@ -56,6 +56,7 @@ from catalog.errors import (
     CommitStateUnknown,
     ConflictKind,
     ConsumerNotFoundError,
+    IcebergRegistrationError,
     InvalidNameError,
     InvalidPartitionError,
     MaintenanceConfigError,
@@ -69,7 +70,7 @@ from catalog.errors import (
     WatermarkRegressed,
 )
 from catalog.files.storage import StorageError, StorageOptions
-from catalog.files.vectors import VectorFormatError, VectorsNotReadableError
+from catalog.files.vectors import VectorConfigError, VectorFormatError, VectorsNotReadableError
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta, without_internal
 from catalog.migrations import DEFAULT_SCHEMA
 from catalog.model import (
@@ -119,7 +120,9 @@ from catalog.writes import stage_append, stage_changes
 __all__ = [
     "StorageError",
     "StorageOptions",
+    "VectorConfigError",
     "VectorFormatError",
+    "IcebergRegistrationError",
     "VectorRef",
     "VectorsNotReadableError",
     "COMMIT_CHANNEL",

@@ -296,3 +296,12 @@ class ConsumerNotFoundError(CatalogError, LookupError):
         super().__init__(f"{table} has no registered consumer {consumer_id!r}")
         self.table = table
         self.consumer_id = consumer_id
+
+
+class IcebergRegistrationError(CatalogError):
+    """The Iceberg SQL catalog holds another table under this table's name (see
+    :mod:`catalog.iceberg`; defined here so that ``import catalog`` needs no pyiceberg)."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table

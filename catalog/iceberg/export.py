@@ -71,7 +71,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from catalog.errors import CatalogError, ChangesExpiredError
+from catalog.errors import ChangesExpiredError, IcebergRegistrationError
 from catalog.files.stats import decode_stat
 from catalog.iceberg.pointer import PointerCatalog, record_export
 from catalog.iceberg.schema import (
@@ -105,14 +105,6 @@ CONSUMER_ID = "lakestream:iceberg"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 #: Metadata files kept beside the current one (readers that hold an older location).
 PREVIOUS_METADATA_KEPT = 10
-
-
-class IcebergRegistrationError(CatalogError):
-    """The SQL catalog holds another table under this table's name."""
-
-    def __init__(self, message: str, *, table: str) -> None:
-        super().__init__(message)
-        self.table = table
 
 
 @dataclass(frozen=True)
