@@ -61,7 +61,13 @@ from catalog import (
 from catalog.logs import get_logger
 from ingest.spark_read.connection import connect
 from ingest.spark_read.errors import ReadOptionError, TableReplacedError
-from ingest.spark_read.options import CONSUMER_ID, ENDING_VERSION, ChangeOptions, ReadOptions
+from ingest.spark_read.options import (
+    CONSUMER_ID,
+    DEFAULT_MAX_SPLIT_BYTES,
+    ENDING_VERSION,
+    ChangeOptions,
+    ReadOptions,
+)
 from ingest.spark_read.planning import LakestreamPartition, ReadSpec, input_partitions
 from ingest.spark_read.read import conform, read_partition
 
@@ -259,7 +265,7 @@ class ChangePlanner:
         spec = replace(self.spec, meta=meta)
         parts: list[InputPartition] = [
             SnapshotPartition(spec, p, version, entry.committed_at)
-            for p in input_partitions(read, scan.partitions(), 128 * 1024 * 1024)
+            for p in input_partitions(read, scan.partitions(), DEFAULT_MAX_SPLIT_BYTES)
         ]
         _log().info(
             "lakestream change stream snapshot planned",
