@@ -48,7 +48,7 @@ from pyspark.sql import SparkSession
 
 from bench.common import add_output_args, bench_server, emit_report, load_average, quiet_logging
 from bench.common import scratch_dir as make_scratch_dir
-from bench.ingest import cpu, pipelines
+from bench.ingest import pipelines
 from bench.ingest.pipelines import BatchProgress, LakestreamSettings, Measurement, ProgressRecorder
 from bench.ingest.report import Environment
 from bench.ingest.tables import check_table, create_cdc_table
@@ -294,22 +294,10 @@ class _Bench:
             .option("maxVersionsPerTrigger", str(self.args.max_versions))
             .load(table)
         )
-        writer = (
-            frame.writeStream.format("noop")
-            .option("checkpointLocation", str(self.workdir / name / "checkpoint"))
-            .queryName(name)
-            .trigger(availableNow=True)
+        writer = frame.writeStream.format("noop").option(
+            "checkpointLocation", str(self.workdir / name / "checkpoint")
         )
-        cpu_before = cpu.snapshot()
-        started = time.perf_counter()
-        query = writer.start()
-        query.awaitTermination()
-        seconds = time.perf_counter() - started
-        used = cpu.delta(cpu_before, cpu.snapshot())
-        error = query.exception()
-        if error is not None:
-            raise RuntimeError(f"query {name} failed: {error}")
-        batches = self.recorder.batches(name)
+        seconds, batches, used = pipelines.run_query(writer, name, self.recorder)
         rows = sum(b.rows for b in batches)
         versions = self.catalog.load_table(table).current_version()
         measured = Measurement("change stream", rows, seconds, batches, {"cpu": used})
@@ -323,7 +311,7 @@ def in_process(table: Table) -> InProcess:
     store, meta = table.catalog.store, table.meta
     started = time.perf_counter()
     entries = list_versions(store, meta, 1, table.current_version())
-    deltas = [d for entry in entries for d in plan_delta(store, meta, entry).by_partition()]
+    deltas = [d for entry in entries for d in plan_delta(store, meta, entry).by_bucket(meta)]
     plan_seconds = time.perf_counter() - started
     started = time.perf_counter()
     derived = sum(finish_changes(meta, derive_changes(meta, d)).num_rows for d in deltas)

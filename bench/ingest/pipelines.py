@@ -201,7 +201,7 @@ def source_frame(
     return reader.load()
 
 
-def _run_query(
+def run_query(
     writer: Any, name: str, recorder: ProgressRecorder
 ) -> tuple[float, list[BatchProgress], dict[str, float]]:
     """Run to the end; wall seconds, batches and CPU seconds by component."""
@@ -255,7 +255,7 @@ def bare_parquet(
         .option("path", str(out))
         .option("checkpointLocation", str(workdir / label / "checkpoint"))
     )
-    seconds, batches, used = _run_query(writer, label, recorder)
+    seconds, batches, used = run_query(writer, label, recorder)
     written = spark.read.parquet(str(out))
     rows = written.count()
     if rows != expected:
@@ -303,7 +303,7 @@ def skeleton(
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(workdir / name / "checkpoint"))
     )
-    seconds, batches, used = _run_query(writer, name, recorder)
+    seconds, batches, used = run_query(writer, name, recorder)
     if sink.rows != expected:
         raise RuntimeError(f"{name}: counted {sink.rows} rows, expected {expected}")
     title = "Spark skeleton: foreachBatch + mapInArrow(count)"
