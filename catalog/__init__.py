@@ -71,6 +71,7 @@ from catalog.errors import (
 )
 from catalog.files.storage import StorageError, StorageOptions
 from catalog.files.vectors import VectorConfigError, VectorFormatError, VectorsNotReadableError
+from catalog.index import BucketIndex, index_columns
 from catalog.meta import SEQUENCE_COLUMN_PROPERTY, TableMeta, without_internal
 from catalog.migrations import DEFAULT_SCHEMA
 from catalog.model import (
@@ -118,6 +119,8 @@ from catalog.writes import changes as conform_changes
 from catalog.writes import stage_append, stage_changes
 
 __all__ = [
+    "BucketIndex",
+    "index_columns",
     "StorageError",
     "StorageOptions",
     "VectorConfigError",

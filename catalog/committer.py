@@ -614,9 +614,7 @@ class _Publication:
             "commit_op": tc.op.value,
             "summary": self._summary(tc, landing, discarded),
             "discarded": [p.commit.partition_desc for p in discarded],
-            "cleanup": list(
-                dict.fromkeys(x for p in discarded for f in p.commit.added for x in f.paths)
-            ),
+            "cleanup": list(dict.fromkeys(x for p in discarded for x in _outputs(p.commit))),
             "landing": [self._landing(tc, p) for p in landing],
         }
 
@@ -686,6 +684,13 @@ class _Publication:
             "source_watermark": None if watermark is None else watermark.model_dump(mode="json"),
             "job_state": request.job_state,
         }
+
+
+def _outputs(commit: PartitionCommit) -> list[str]:
+    """The files a commit wrote: what it adds, less the files it also names as deleted (a
+    reset op that names live files again, with new vectors, did not write them)."""
+    named = {x for f in commit.deleted for x in f.paths}
+    return [x for f in commit.added for x in f.paths if x not in named]
 
 
 def _published_result(cursor: psycopg.Cursor[DictRow]) -> CommitResult:

@@ -134,6 +134,12 @@ class BucketIndex:
     def live_count(self) -> int:
         return int(np.count_nonzero(self._entries.column(LIVE).to_numpy(zero_copy_only=False)))
 
+    def locations(self) -> tuple[Positions, Positions]:
+        """File ordinal and position of every entry, in :attr:`entries` order."""
+        ordinals = np.asarray(self._entries.column(FILE).to_numpy(), dtype=np.int64)
+        positions = np.asarray(self._entries.column(POSITION).to_numpy(), dtype=np.int64)
+        return ordinals, positions
+
     def lookup(self, keys: pa.Table) -> Positions:
         """For each row of ``keys`` (the key columns), its entry's row in :attr:`entries`, or -1."""
         n = keys.num_rows

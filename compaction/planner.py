@@ -13,7 +13,10 @@ Append tables (bucket -1, the unaware-bucket rules of Paimon's seed 001):
 
 CDC buckets: when a bucket holds ``max_sorted_runs`` runs or more, or its read amplification
 (:func:`read_amplification`) exceeds ``max_read_amplification``, ALL its runs are merged into
-one file; every run is an input, so deletes can be dropped. A bucket of one file is never a task.
+one file (the fold); every run is an input, so deletes can be dropped. A bucket of one file is
+never folded. Otherwise a bucket with pending runs (files not flagged ``resolved`` after its
+resolved prefix) is *resolved* (:func:`resolve_inputs`, kind ``resolve``): cheap, frequent,
+no data rewritten; the fold stays the safety valve.
 
 At most one task per (table, partition_desc): a partition's task holds all of its work.
 """
@@ -53,6 +56,11 @@ def plan_table(
     for part in plan.partitions:
         if meta.is_cdc:
             inputs = bucket_inputs(meta, part, policy, force=force)
+            if not inputs and policy.resolve:
+                resolve = resolve_inputs(part)
+                if resolve:
+                    tasks.append(_resolve_task(meta, plan, part, policy, resolve))
+                    continue
         else:
             waited = idle.get(part.partition_desc, 0)
             inputs = append_inputs(part.files, policy, idle_rounds=waited, force=force)
@@ -197,3 +205,41 @@ def _sweep(ranged: Sequence[tuple[tuple[Any, Any], DataFile]]) -> list[list[Data
             groups.append([file])
             high = run_high
     return groups
+
+
+# ---------------------------------------------------------------------- CDC buckets: resolve
+
+
+def pending_runs(part: PartitionScan) -> tuple[DataFile, ...]:
+    """The bucket's files after its resolved prefix (R1 of docs/design/deletion-vectors.md):
+    the leading files flagged ``resolved`` are the prefix, every later file is pending. A
+    bucket read without a merge (one file, no merge commit) counts as resolved."""
+    if not part.merge:
+        return ()
+    files = part.files
+    prefix = next((i for i, f in enumerate(files) if f.resolved is not True), len(files))
+    return tuple(files[prefix:])
+
+
+def resolve_inputs(part: PartitionScan) -> tuple[DataFile, ...]:
+    """The inputs of a bucket's resolve task: every file of the bucket (the commit names each
+    entry again), or nothing when no run is pending."""
+    return tuple(part.files) if pending_runs(part) else ()
+
+
+def _resolve_task(
+    meta: TableMeta,
+    plan: ScanPlan,
+    part: PartitionScan,
+    policy: CompactionPolicy,
+    inputs: tuple[DataFile, ...],
+) -> CompactionTask:
+    return CompactionTask(
+        table=str(meta.name),
+        table_id=meta.table_id,
+        partition_desc=part.partition_desc,
+        kind=CompactionKind.RESOLVE,
+        base_version=plan.table_version,
+        inputs=inputs,
+        target_file_size=policy.target_file_size,
+    )

@@ -22,6 +22,7 @@ FORCE_AFTER_ROUNDS = "compaction.force-after-rounds"
 MAX_SORTED_RUNS = "compaction.max-sorted-runs"
 MAX_READ_AMPLIFICATION = "compaction.max-read-amplification"
 ENABLED = "compaction.enabled"
+RESOLVE = "compaction.resolve"
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*$", re.IGNORECASE)
 _POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
@@ -96,6 +97,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max_sorted_runs": (MAX_SORTED_RUNS, _positive_int, "an integer >= 1"),
     "max_read_amplification": (MAX_READ_AMPLIFICATION, _amplification, "a number >= 1"),
     "enabled": (ENABLED, _boolean, "true or false"),
+    "resolve": (RESOLVE, _boolean, "true or false"),
 }
 
 
@@ -118,6 +120,9 @@ class CompactionPolicy:
     exceed this (see :func:`compaction.planner.read_amplification`)."""
     enabled: bool = True
     """``compaction.enabled``: false leaves the table alone (the CLI too)."""
+    resolve: bool = True
+    """``compaction.resolve``: a CDC bucket with pending runs and no fold due is resolved
+    (kind ``resolve``: deletion vectors mark what the runs replace; no data rewritten)."""
 
     @property
     def small_file_bytes(self) -> float:

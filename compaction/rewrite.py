@@ -17,7 +17,16 @@ Append partitions are rewritten bin by bin (:func:`compaction.planner.bins_of`) 
 order, each bin's rows into files of the target size; memory holds one bin. A CDC bucket's runs
 are merged in sequence order (partial rows filled, newest change per key), deletes dropped only
 when the task says every run of the bucket is an input, otherwise kept with the row-kind column
-so a later merge still applies them; memory holds the bucket, as merge-on-read does.
+so a later merge still applies them; memory holds the bucket, as merge-on-read does. The
+fold's output is flagged ``resolved`` (it holds one row per key, no delete); a bucket that has
+a resolved prefix is folded ignoring its vectors, because a masked tombstone would let an older
+replay in a pending run win again (every mark a resolver writes is a row the merge drops).
+
+A resolve task (:mod:`compaction.resolve`) writes no data file, only the vectors of the rows its
+pending runs replace (and filled rewrites of partial runs); its commit names every entry of the
+bucket again, so it meets the matrix as any compaction does (discarded behind a landed
+compaction or update, merges reordered behind it). Its vector file is an output like any other:
+deleted on a definite failure, recorded for cleanup when discarded.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from catalog.files import (
 from catalog.logs import get_logger
 from compaction.errors import CompactionError
 from compaction.planner import bins_of
+from compaction.resolve import Resolution, resolve_bucket
 from compaction.task import CompactionKind, CompactionOutcome, CompactionTask, OutcomeStatus
 
 log = get_logger("lakestream.compaction")
@@ -108,21 +118,35 @@ def compact(
     started = time.monotonic()
     write = replace(options or WriteOptions(), target_file_bytes=task.target_file_size)
     try:
-        landing, outputs = _run(catalog, task, write, retry)
+        landing, outputs, resolution = _run(catalog, task, write, retry)
     except Exception as exc:
         _log(task, started, None, error=exc)
         raise
+    rows_out = sum(f.row_count for f in outputs)
+    bytes_out = sum(f.size_bytes for f in outputs)
+    figures: dict[str, int] = {}
+    if resolution is not None:  # a resolve writes vectors: its rows are the inputs' live rows
+        rows_out = task.input_rows - resolution.rows_marked
+        bytes_out = resolution.bytes_written
+        figures = {
+            "runs_resolved": resolution.runs_resolved,
+            "rows_marked": resolution.rows_marked,
+            "vector_bytes": resolution.vector_bytes,
+            "index_rows": resolution.index_rows,
+            "runs_rewritten": len(resolution.rewritten),
+        }
     outcome = CompactionOutcome(
         task=task,
         status=landing.status,
         version=landing.version,
         outputs=outputs,
         rows_in=task.input_rows,
-        rows_out=sum(f.row_count for f in outputs),
+        rows_out=rows_out,
         bytes_in=task.input_bytes,
-        bytes_out=sum(f.size_bytes for f in outputs),
+        bytes_out=bytes_out,
         duration_s=time.monotonic() - started,
         detail=landing.detail,
+        figures=figures,
     )
     _log(task, started, outcome)
     return outcome
@@ -130,21 +154,43 @@ def compact(
 
 def _run(
     catalog: Catalog, task: CompactionTask, options: WriteOptions, retry: RetryPolicy
-) -> tuple[_Landing, tuple[DataFile, ...]]:
+) -> tuple[_Landing, tuple[DataFile, ...], Resolution | None]:
     earlier = _landed_before(catalog, task)
     if earlier is not None:
-        return earlier, ()
+        return earlier, (), None
     table = _live_table(catalog, task)
     if table is None:
-        return _Landing(OutcomeStatus.REPLAN, None, "the table was dropped or recreated"), ()
+        return _Landing(OutcomeStatus.REPLAN, None, "the table was dropped or recreated"), (), None
     missing = _check_inputs(table, task)
     if missing:
-        return _Landing(OutcomeStatus.REPLAN, None, missing), ()
+        return _Landing(OutcomeStatus.REPLAN, None, missing), (), None
+    if task.kind is CompactionKind.RESOLVE:
+        return _run_resolve(table, task, options, retry)
     outputs = _write(table.meta, task, options)
-    landing = _land(table, task, outputs, retry)
+    landing = _land(table, task, _replace_ops(task, outputs), [f.path for f in outputs], retry)
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
-        return landing, outputs  # live, or recorded for cleanup
-    return landing, ()  # _land deleted them
+        return landing, outputs, None  # live, or recorded for cleanup
+    return landing, (), None  # _land deleted them
+
+
+def _run_resolve(
+    table: Table, task: CompactionTask, options: WriteOptions, retry: RetryPolicy
+) -> tuple[_Landing, tuple[DataFile, ...], Resolution | None]:
+    """Resolve the bucket's pending runs and commit every entry of it again."""
+    values, bucket = _partition_values(table.meta, task)
+    resolution = resolve_bucket(
+        table.meta, task.inputs, partition=values, bucket=bucket, options=options
+    )
+    if not resolution.changed:
+        table.meta.files.discard(resolution.written)
+        return _Landing(OutcomeStatus.REPLAN, None, "no pending run"), (), resolution
+    ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
+    ops += [FileOp(action=FileAction.ADD, file=f) for f in resolution.entries]
+    landing = _land(table, task, ops, resolution.written, retry)
+    rewritten = tuple(resolution.rewritten.values())
+    if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
+        return landing, rewritten, resolution
+    return landing, (), resolution
 
 
 # ---------------------------------------------------------------------------- before writing
@@ -191,6 +237,9 @@ def _check_inputs(table: Table, task: CompactionTask) -> str:
         )
     if task.kind is CompactionKind.MERGE_BUCKET:
         _check_bucket_inputs(table.meta, task, live)
+    elif task.kind is CompactionKind.RESOLVE:
+        if not table.meta.is_cdc or [f.path for f in task.inputs] != live:
+            raise InvalidTaskError(task, "a resolve names every file of a CDC bucket, in order")
     elif table.meta.is_cdc:
         raise InvalidTaskError(task, "the runs of a CDC bucket are merged, never bin-packed")
     return ""
@@ -255,12 +304,16 @@ def _pack(
 
 
 def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) -> list[DataFile]:
-    """The bucket's runs merged into one key-sorted file (none if every key was deleted)."""
+    """The bucket's runs merged into one key-sorted file (none if every key was deleted),
+    flagged resolved when it is the whole bucket. A bucket with resolved files is read ignoring
+    their vectors (see the module doc): by paths, which carry none."""
     keep_deletes = not task.drop_deletes
+    resolved = any(f.resolved for f in task.inputs)
+    runs: Sequence[DataFile | str] = [f.path for f in task.inputs] if resolved else task.inputs
     batches = list(
         read_merged(
             meta.files,
-            task.inputs,
+            runs,
             meta.schema,
             meta.primary_key,
             sequence_column=meta.sequence_column,
@@ -281,11 +334,16 @@ def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) 
         sorted_by=meta.primary_key,
         options=options,
     )
-    return [output]
+    return [output.model_copy(update={"resolved": True}) if task.drop_deletes else output]
 
 
 def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
     meta.files.discard(file.path for file in files)
+
+
+def _replace_ops(task: CompactionTask, outputs: Sequence[DataFile]) -> list[FileOp]:
+    ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
+    return ops + [FileOp(action=FileAction.ADD, file=f) for f in outputs]
 
 
 # ---------------------------------------------------------------------------------- landing
@@ -294,11 +352,12 @@ def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
 def _land(
     table: Table,
     task: CompactionTask,
-    outputs: tuple[DataFile, ...],
+    ops: Sequence[FileOp],
+    written: Sequence[str],
     retry: RetryPolicy = BUSY_RETRY,
 ) -> _Landing:
-    ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
-    ops += [FileOp(action=FileAction.ADD, file=f) for f in outputs]
+    """Commit ``ops``; ``written`` are the files this task wrote for them (deleted when the
+    commit definitely did not land, recorded for cleanup by the committer when discarded)."""
     commit = PartitionCommit(partition_desc=task.partition_desc, ops=tuple(ops))
 
     def attempt(_: int) -> CommitResult:
@@ -313,23 +372,23 @@ def _land(
     try:
         result = retry.run(attempt, retry_if=_table_busy)
     except CommitConflict as exc:  # did not land, definitely
-        _remove(table.meta, outputs)
+        table.meta.files.discard(written)
         if exc.kind is ConflictKind.INPUT_FILES_GONE:
             return _Landing(OutcomeStatus.REPLAN, None, str(exc))
         raise
     except CommitRejected as exc:  # did not land, definitely
-        _remove(table.meta, outputs)
+        table.meta.files.discard(written)
         if exc.table == task.table and _live_table(table.catalog, task) is None:
             return _Landing(OutcomeStatus.REPLAN, None, "the table was dropped meanwhile")
         raise
     except CatalogUnavailableError:  # did not land, definitely
-        _remove(table.meta, outputs)
+        table.meta.files.discard(written)
         raise
     # CommitStateUnknown and anything unexpected propagate with the files kept: it may have
     # landed (the key tells later), and deleting a referenced file would lose data.
     mine = next(t for t in result.tables if t.table_id == task.table_id)
     if result.replayed:  # an earlier run landed between our check and our commit
-        _remove(table.meta, outputs)  # ours did not land, nobody references them
+        table.meta.files.discard(written)  # ours did not land, nobody references them
         status = OutcomeStatus.DISCARDED if mine.discarded else OutcomeStatus.ALREADY_DONE
         return _Landing(status, mine.version, "an earlier run of this task landed first")
     if mine.discarded:
@@ -378,5 +437,6 @@ def _log(
         rows_out=outcome.rows_out,
         bytes_out=outcome.bytes_out,
         detail=outcome.detail or None,
+        **outcome.figures,
         **fields,
     )

@@ -9,7 +9,8 @@ the service and ``lakestream tables compact`` all run the one routine.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from catalog import DataFile, IdempotencyKey
@@ -23,6 +24,10 @@ class CompactionKind(StrEnum):
     """Append table: concatenate small files of one partition into files of the target size."""
     MERGE_BUCKET = "merge-bucket"
     """CDC table: fold the sorted runs of one bucket into one key-sorted file."""
+    RESOLVE = "resolve"
+    """CDC table: mark, with deletion vectors, the rows a bucket's pending runs replace, and flag
+    the runs resolved; no data is rewritten (docs/design/deletion-vectors.md, D4). The inputs
+    are every file of the bucket, in chain order."""
 
 
 class OutcomeStatus(StrEnum):
@@ -88,3 +93,6 @@ class CompactionOutcome:
     duration_s: float
     detail: str = ""
     """Why it was discarded or must be replanned (the winning commit, the missing input)."""
+    figures: Mapping[str, int] = field(default_factory=dict)
+    """What a resolve did (runs resolved, rows marked, vector bytes, index rows), for its log
+    line; empty for the other kinds."""

@@ -24,6 +24,7 @@ from catalog.files.evolution import (
 )
 from catalog.files.layout import new_data_file_path, partition_path
 from catalog.files.merge import last_change_per_key, merge_runs
+from catalog.files.partial import has_partial_rows, take_filled
 from catalog.files.pruning import Op, Predicate, may_contain, may_match, to_expression
 from catalog.files.reader import (
     RowFilter,
@@ -47,8 +48,10 @@ from catalog.files.vectors import (
     VectorsNotReadableError,
     decode_vector,
     encode_vector,
+    inline_max_bytes,
     load_vector,
     store_vectors,
+    vector_positions,
 )
 from catalog.files.writer import (
     WriteOptions,
@@ -70,8 +73,10 @@ __all__ = [
     "VectorsNotReadableError",
     "decode_vector",
     "encode_vector",
+    "inline_max_bytes",
     "load_vector",
     "store_vectors",
+    "vector_positions",
     "Change",
     "Op",
     "ChangeKind",
@@ -86,6 +91,7 @@ __all__ = [
     "encode_stat",
     "is_widening",
     "key_hashes",
+    "has_partial_rows",
     "last_change_per_key",
     "may_contain",
     "may_match",
@@ -99,6 +105,7 @@ __all__ = [
     "read_whole_files",
     "require_allowed",
     "split_by_bucket",
+    "take_filled",
     "to_expression",
     "write_data_file",
     "write_data_files",

@@ -145,7 +145,11 @@ def test_fewer_runs_wait_while_reads_stay_cheap():
     base = file("base", rows=1000, keys=(0, 999))
     runs = [base, file("u1", rows=100, keys=(0, 999)), file("u2", rows=100, keys=(0, 999))]
     assert read_amplification(CDC, runs) == 1.2
-    assert plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY) == []
+    [task] = plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY)
+    assert task.kind is CompactionKind.RESOLVE  # no fold: the runs are resolved instead
+    assert names(task.inputs) == ["base", "u1", "u2"] and not task.drop_deletes
+    no_resolve = CompactionPolicy(target_file_size=100 * MB, resolve=False)
+    assert plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), no_resolve) == []
 
 
 def test_read_amplification_past_the_limit_merges():
@@ -158,7 +162,8 @@ def test_read_amplification_past_the_limit_merges():
 def test_runs_of_disjoint_key_ranges_hold_distinct_keys():
     runs = [file(f"r{i}", rows=100, keys=(i * 100, i * 100 + 99)) for i in range(4)]
     assert read_amplification(CDC, runs) == 1.0
-    assert plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY) == []
+    [task] = plan_table(CDC, plan(CDC, partition("b", *runs, cdc=True)), POLICY)
+    assert task.kind is CompactionKind.RESOLVE
 
 
 def test_a_run_without_key_stats_may_overlap_any():
@@ -170,9 +175,27 @@ def test_a_run_without_key_stats_may_overlap_any():
     assert read_amplification(CDC, runs) == 2.5
 
 
-def test_a_bucket_of_one_file_is_never_a_task():
-    one = partition("b", file("base", rows=10, keys=(0, 9)), cdc=True)
-    assert plan_table(CDC, plan(CDC, one), POLICY, force=True) == []
+def test_a_bucket_of_one_file_is_never_folded_only_resolved_when_merge_read():
+    plain = partition("b", file("base", rows=10, keys=(0, 9)), cdc=False)
+    assert plan_table(CDC, plan(CDC, plain), POLICY, force=True) == []
+    one_run = partition("b", file("base", rows=10, keys=(0, 9)), cdc=True)
+    [task] = plan_table(CDC, plan(CDC, one_run), POLICY, force=True)
+    assert task.kind is CompactionKind.RESOLVE
+
+
+def resolved(f: DataFile) -> DataFile:
+    return f.model_copy(update={"resolved": True})
+
+
+def test_a_bucket_whose_files_are_all_resolved_is_no_task():
+    files = [resolved(file("base", rows=1000, keys=(0, 999))), resolved(file("u1", keys=(0, 9)))]
+    assert plan_table(CDC, plan(CDC, partition("b", *files, cdc=True)), POLICY) == []
+
+
+def test_only_files_after_the_resolved_prefix_are_pending():
+    files = [resolved(file("a", rows=1000, keys=(0, 999))), file("b"), resolved(file("c"))]
+    [task] = plan_table(CDC, plan(CDC, partition("b", *files, cdc=True)), POLICY)
+    assert task.kind is CompactionKind.RESOLVE and names(task.inputs) == ["a", "b", "c"]
 
 
 def test_force_merges_every_bucket_with_more_than_one_file():
@@ -245,6 +268,14 @@ def model_cdc(runs: list[DataFile], force: bool, p: CompactionPolicy) -> list[st
     return [r.path for r in runs] if due else []
 
 
+def model_kind(runs: list[DataFile], force: bool, p: CompactionPolicy) -> CompactionKind | None:
+    """A fold when due, else a resolve of the bucket (its runs are all pending: none is flagged
+    resolved in these cases, and a bucket planned for a merge read has one or more runs)."""
+    if model_cdc(runs, force, p):
+        return CompactionKind.MERGE_BUCKET
+    return CompactionKind.RESOLVE if runs and p.resolve else None
+
+
 @st.composite
 def cases(draw) -> Case:
     cdc = draw(st.booleans())
@@ -255,6 +286,7 @@ def cases(draw) -> Case:
         force_after_rounds=draw(st.integers(1, 4)),
         max_sorted_runs=draw(st.integers(1, 6)),
         max_read_amplification=draw(st.sampled_from([1.0, 1.5, 3.0])),
+        resolve=draw(st.booleans()),
     )
     partitions = {}
     for p in range(draw(st.integers(0, 4))):
@@ -282,20 +314,23 @@ def test_planner_matches_the_model(case: Case):
     tasks = plan_table(
         table, plan(table, *parts), case.policy, idle_rounds=case.idle, force=case.force
     )
-    got = {t.partition_desc: [f.path for f in t.inputs] for t in tasks}
+    got = {t.partition_desc: (t.kind, [f.path for f in t.inputs]) for t in tasks}
     assert len(got) == len(tasks), "at most one task per partition"
     expected = {}
     for desc, files in case.partitions.items():
         if case.cdc:
-            inputs = model_cdc(files, case.force, case.policy)
+            kind = model_kind(files, case.force, case.policy)
+            if kind is not None:
+                expected[desc] = (kind, [f.path for f in files])
         else:
             inputs = model_append(files, case.idle[desc], case.force, case.policy)
-        if inputs:
-            expected[desc] = inputs
+            if inputs:
+                expected[desc] = (CompactionKind.BIN_PACK, inputs)
     assert got == expected
     for task in tasks:
-        assert len(task.inputs) >= 2 and task.base_version == 9
-        assert task.drop_deletes is case.cdc
+        resolve = task.kind is CompactionKind.RESOLVE
+        assert (resolve or len(task.inputs) >= 2) and task.base_version == 9
+        assert task.drop_deletes is (case.cdc and not resolve)
         order = [f.path for f in case.partitions[task.partition_desc]]
         positions = [order.index(f.path) for f in task.inputs]
         assert positions == sorted(positions), "inputs keep commit order"
