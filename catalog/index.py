@@ -136,6 +136,9 @@ class BucketIndex:
 
     def locations(self) -> tuple[Positions, Positions]:
         """File ordinal and position of every entry, in :attr:`entries` order."""
+        if not self._entries.num_columns:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
         ordinals = np.asarray(self._entries.column(FILE).to_numpy(), dtype=np.int64)
         positions = np.asarray(self._entries.column(POSITION).to_numpy(), dtype=np.int64)
         return ordinals, positions

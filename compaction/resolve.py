@@ -10,10 +10,14 @@ touched file (its old marks and the new ones; inline up to the table's
 (:mod:`compaction.rewrite`) names every entry again: touched files with their new vector,
 resolved runs flagged. Nothing else changes, so reads are unchanged by it.
 
-A run holding partial rows (``_ls_unset``: columns a change left out) is rewritten filled from
-the rows it supersedes (:func:`catalog.files.partial.take_filled` over the superseded rows and
-the run), so a resolved file never holds a live partial row. The rewritten run is a new file
-with the same rows in the same order: the marks computed for the run apply to it unchanged.
+A run holding partial rows (``_ls_unset``: columns a change left out) is rewritten filled
+(:func:`catalog.files.partial.take_filled`), so a resolved file never holds a live partial row.
+It is filled exactly as a merge of the whole bucket at the base would fill it: from the rows
+the index holds for its keys (the highest resolved row: nothing below it can be the row a
+merge takes a value from), the run, and every later pending run of the task (a stale change
+of lower sequence in a later run sorts before the partial row and ends or feeds its search in
+the merge, so it must here too). The rewritten run is a new file with the same rows in the
+same order: the marks computed for the run apply to it unchanged.
 """
 
 from __future__ import annotations
@@ -109,7 +113,9 @@ class _Resolver:
         self.options = options
         self.written: list[str] = []
         self.old = [_positions(meta, f) for f in files]
-        self.filled: dict[int, pa.Table] = {}  # rewritten runs' rows (later fills read them)
+        # whole files read for filling (a rewritten run: its filled rows); partial runs are rare
+        # and small, but a fill reads the files the index points into whole
+        self.full: dict[int, pa.Table] = {}
         self.columns = _IndexRead(meta)
 
     def run(self) -> Resolution:
@@ -136,8 +142,8 @@ class _Resolver:
     def _rewrite(self, index: BucketIndex, rows: pa.Table, ordinal: int, out: Resolution) -> None:
         """Replace a partial run by its filled rows in a new file (same rows, same order)."""
         run = self.files[ordinal]
-        full = self._filled(index, rows, run)
-        self.filled[ordinal] = full
+        full = self._filled(index, rows, ordinal)
+        self.full[ordinal] = full
         new = write_data_file(
             full,
             self.meta.files,
@@ -151,22 +157,26 @@ class _Resolver:
         out.rewritten[run.path] = new
         out.bytes_written += new.size_bytes
 
-    def _filled(self, index: BucketIndex, rows: pa.Table, run: DataFile) -> pa.Table:
-        """The run's rows, every row in place, its partial rows filled from the row of its key
-        the index holds (a live row gives its values; a tombstone ends the search: null)."""
-        data = _read_full(self.meta, run.path)
+    def _read(self, ordinal: int) -> pa.Table:
+        if ordinal not in self.full:
+            self.full[ordinal] = _read_full(self.meta, self.files[ordinal].path)
+        return self.full[ordinal]
+
+    def _filled(self, index: BucketIndex, rows: pa.Table, ordinal: int) -> pa.Table:
+        """The run's rows, every row in place, its partial rows filled as a merge of the bucket
+        fills them: from the index's rows of its keys, the run and the later pending runs."""
+        data = self._read(ordinal)
+        later = [_like(self._read(i), data.schema) for i in range(ordinal + 1, len(self.files))]
         found = index.lookup(rows.select(list(self.meta.primary_key)))
         held = np.unique(found[found >= 0])
         ordinals, positions = index.locations()
         older: list[pa.Table] = []
-        for ordinal in np.unique(ordinals[held]).tolist():
-            source = self.filled.get(ordinal)
-            if source is None:
-                source = _read_full(self.meta, self.files[ordinal].path)
-            at = positions[held[ordinals[held] == ordinal]]  # rows of held keys in this file
-            older.append(_like(source.take(pa.array(at)), data.schema))
-        merged = pa.concat_tables([*older, data]) if older else data
-        mine = np.arange(merged.num_rows - data.num_rows, merged.num_rows, dtype=np.int64)
+        for source in np.unique(ordinals[held]).tolist():
+            at = positions[held[ordinals[held] == source]]  # rows of held keys in this file
+            older.append(_like(self._read(source).take(pa.array(at)), data.schema))
+        merged = pa.concat_tables([*older, data, *later])
+        first = sum(t.num_rows for t in older)
+        mine = np.arange(first, first + data.num_rows, dtype=np.int64)
         out = take_filled(merged, mine, self.meta.primary_key, self.meta.sequence_column)
         unset = out.schema.get_field_index(UNSET_COLUMN)
         field_ = out.schema.field(unset)
