@@ -67,6 +67,14 @@ class ServiceMetrics:
             ["direction"],
             registry=r,
         )
+        self.bytes_written = Counter(
+            "lakestream_compaction_bytes_written",
+            "Bytes finished tasks wrote, per table and kind (a resolve writes only deletion "
+            "vectors and filled partial runs): the numerator of write amplification, whose "
+            "denominator is bytes_added of the table's append and merge versions",
+            ["table", "kind"],
+            registry=r,
+        )
         self.rows = Counter(
             "lakestream_compactor_rows",
             "Rows read and written by finished tasks",
@@ -117,6 +125,7 @@ class ServiceMetrics:
             self.task_duration.labels(t.kind).observe(t.duration_s)
             self.bytes.labels("read").inc(t.bytes_in)
             self.bytes.labels("written").inc(t.bytes_out)
+            self.bytes_written.labels(t.table, t.kind).inc(t.bytes_out)
             self.rows.labels("read").inc(t.rows_in)
             self.rows.labels("written").inc(t.rows_out)
             if t.lease_expiries:

@@ -49,13 +49,13 @@ def test_tables_are_served_by_fnmatch_on_the_qualified_name(name, patterns, serv
     assert matches(name, patterns) is served
 
 
-def result(outcome: str, expiries: int = 0) -> TaskResult:
+def result(outcome: str, expiries: int = 0, kind: str = "merge-bucket") -> TaskResult:
     return TaskResult(
         task_id=uuid.uuid4(),
         table="shop.orders",
         table_id=uuid.uuid4(),
         partition_desc="bucket=0000",
-        kind="merge-bucket",
+        kind=kind,
         outcome=outcome,
         finished_at=dt.datetime.now(dt.UTC),
         attempts=1 + expiries,
@@ -80,6 +80,18 @@ def test_finished_tasks_feed_the_counters():
     assert 'lakestream_compactor_rows_total{direction="written"} 180.0' in text
     assert 'lakestream_compactor_task_duration_seconds_count{kind="merge-bucket"} 3.0' in text
     assert 'lakestream_compactor_queue_depth{state="queued"} 4.0' in text
+
+
+def test_bytes_written_are_counted_per_table_and_kind():
+    metrics = ServiceMetrics()
+    metrics.observe_finished([result("committed"), result("committed", kind="resolve")] * 2)
+    text = metrics.exposition().decode()
+    for kind in ("merge-bucket", "resolve"):
+        assert (
+            f'lakestream_compaction_bytes_written_total{{kind="{kind}",table="shop.orders"}} 800.0'
+            in text
+        )
+    assert 'lakestream_compactor_task_duration_seconds_count{kind="resolve"} 2.0' in text
 
 
 def test_the_outage_budget_comes_from_the_environment(monkeypatch):
