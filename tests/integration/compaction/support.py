@@ -3,11 +3,32 @@ while readers still mask vectors before merging (docs/design/deletion-vectors.md
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from catalog import Table
 from catalog.files import read_merged
 from tests.fixtures.compaction import rows_at
+
+#: A worker process that claims one task, writes its outputs, prepares its commit and is
+#: killed (SIGKILL) before publishing it.
+DOOMED_WORKER = textwrap.dedent("""
+    import datetime as dt, os, signal, sys
+    from catalog import Catalog
+    from catalog.committer import _Publication
+    from compaction.queue import QueueSettings, TaskQueue
+    from compaction.worker import Worker, WorkerSettings
+
+    def dies_before_publishing(self, plans):
+        # the outputs are written and their commit rows prepared; the process dies before it
+        # publishes, as a kill -9 or a lost host would leave it
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    _Publication._decision = dies_before_publishing
+    cat = Catalog.connect(sys.argv[1], warehouse=sys.argv[2])
+    queue = TaskQueue(cat.store, QueueSettings(lease=dt.timedelta(seconds=1)))
+    Worker(cat, queue, worker_id="doomed", settings=WorkerSettings(drain=True)).run()
+""")
 
 
 def merged_rows(table: Table, version: int | None = None) -> list[tuple[Any, ...]]:

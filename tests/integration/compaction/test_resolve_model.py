@@ -101,9 +101,11 @@ def run_moves_step(catalog: Catalog, table: Table, model: dict[int, tuple], step
         )
         model.update({i: (i, r, f"u{i}") for i, r in last.items()})
     elif kind == "delete":
-        table.delete(pa.table({"id": pa.array(step[1], pa.int64())}))
-        for i in step[1]:
-            model.pop(i, None)
+        present = [i for i in dict.fromkeys(step[1]) if i in model]
+        if present:  # a partitioned table looks keys up: deleting none at all is no commit
+            table.delete(pa.table({"id": pa.array(present, pa.int64())}))
+        for i in present:
+            model.pop(i)
     elif kind == "dml":
         table.update(where=[("id", "<", step[1])], set={"v": f"dml{step[1]}"})
         for i, row in model.items():

@@ -10,7 +10,6 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -24,29 +23,12 @@ from compaction.queue import QueueSettings, TaskQueue
 from compaction.worker import Worker, WorkerSettings
 from tests.fixtures.compaction import leftover_paths, rows_at
 from tests.fixtures.postgres import catalog_connection
+from tests.integration.compaction.support import DOOMED_WORKER
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 ORDERS = pa.schema([("id", pa.int64()), ("total", pa.float64())])
 EVENTS = pa.schema([("id", pa.int64()), ("region", pa.string())])
-
-DOOMED_WORKER = textwrap.dedent("""
-    import datetime as dt, os, signal, sys
-    from catalog import Catalog
-    from catalog.committer import _Publication
-    from compaction.queue import QueueSettings, TaskQueue
-    from compaction.worker import Worker, WorkerSettings
-
-    def dies_before_publishing(self, plans):
-        # the outputs are written and their commit rows prepared; the process dies before it
-        # publishes, as a kill -9 or a lost host would leave it
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    _Publication._decision = dies_before_publishing
-    cat = Catalog.connect(sys.argv[1], warehouse=sys.argv[2])
-    queue = TaskQueue(cat.store, QueueSettings(lease=dt.timedelta(seconds=1)))
-    Worker(cat, queue, worker_id="doomed", settings=WorkerSettings(drain=True)).run()
-""")
 
 
 def test_a_worker_killed_mid_task_is_replaced_and_leaves_only_leftovers(
