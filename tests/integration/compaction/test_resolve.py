@@ -87,6 +87,7 @@ def test_a_resolve_marks_what_the_runs_replace_and_every_read_stays(catalog: Cat
     for version, found in before.items():
         assert reads(table, version) == found
     assert plan_tasks(table, RESOLVE_ONLY, force=False) == []  # nothing pending any more
+    assert table.changes(outcome.version, outcome.version).num_rows == 0  # no row changed
 
 
 def test_later_runs_resolve_against_the_resolved_prefix(catalog: Catalog):
@@ -162,6 +163,7 @@ def test_a_partial_run_is_rewritten_filled_from_the_rows_it_supersedes(catalog: 
     assert_resolved_invariants(table)
     for version, found in before.items():
         assert reads(table, version) == found
+    assert table.changes(outcome.version, outcome.version).num_rows == 0
 
 
 def test_a_fold_of_a_resolved_bucket_ignores_vectors_and_is_resolved(catalog: Catalog):
