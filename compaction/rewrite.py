@@ -167,7 +167,7 @@ def _run(
     if task.kind is CompactionKind.RESOLVE:
         return _run_resolve(table, task, options, retry)
     outputs = _write(table.meta, task, options)
-    landing = _land(table, task, _replace_ops(task, outputs), [f.path for f in outputs], retry)
+    landing = _land(table, task, outputs, retry)
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
         return landing, outputs, None  # live, or recorded for cleanup
     return landing, (), None  # _land deleted them
@@ -186,7 +186,7 @@ def _run_resolve(
         return _Landing(OutcomeStatus.REPLAN, None, "no pending run"), (), resolution
     ops = [FileOp(action=FileAction.DELETE, file=f) for f in task.inputs]
     ops += [FileOp(action=FileAction.ADD, file=f) for f in resolution.entries]
-    landing = _land(table, task, ops, resolution.written, retry)
+    landing = _land_ops(table, task, ops, resolution.written, retry)
     rewritten = tuple(resolution.rewritten.values())
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
         return landing, rewritten, resolution
@@ -350,6 +350,17 @@ def _replace_ops(task: CompactionTask, outputs: Sequence[DataFile]) -> list[File
 
 
 def _land(
+    table: Table,
+    task: CompactionTask,
+    outputs: tuple[DataFile, ...],
+    retry: RetryPolicy = BUSY_RETRY,
+) -> _Landing:
+    """Commit the task's inputs replaced by ``outputs``."""
+    written = [f.path for f in outputs]
+    return _land_ops(table, task, _replace_ops(task, outputs), written, retry)
+
+
+def _land_ops(
     table: Table,
     task: CompactionTask,
     ops: Sequence[FileOp],
