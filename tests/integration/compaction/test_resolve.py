@@ -5,7 +5,9 @@ planning and its commit (docs/design/deletion-vectors.md, D4 and D5)."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,6 +19,7 @@ from compaction.policy import CompactionPolicy
 from compaction.rewrite import compact
 from compaction.task import CompactionKind, OutcomeStatus
 from tests.fixtures.compaction import files_on_disk, leftover_paths, plan_tasks
+from tests.fixtures.racing import racing_pair
 from tests.fixtures.resolved import assert_resolved_invariants
 from tests.integration.compaction.support import reads
 
@@ -189,7 +192,7 @@ def test_a_fold_of_a_resolved_bucket_ignores_vectors_and_is_resolved(catalog: Ca
 def test_resolver_after_resolver_is_discarded_and_its_vector_file_cleaned_up(catalog: Catalog):
     table = orders(catalog, inline_max=0)  # every vector in a vector file
     [first] = plan_tasks(table, RESOLVE_ONLY, force=False)
-    second = replace(first, task_id=first.task_id.__class__(int=first.task_id.int + 1))
+    second = replace(first, task_id=uuid.uuid4())
     expected = reads(table)
     assert compact(catalog, first).status is OutcomeStatus.COMMITTED
     on_disk = files_on_disk(table)
@@ -264,3 +267,46 @@ def test_a_merge_staged_before_a_resolve_lands_rebased_after_it(catalog: Catalog
     assert_resolved_invariants(table)
     found = dict((r[0], r[1]) for r in reads(table))
     assert (found[4], found[60], found[5]) == ("m4", "m60", "b5")
+
+
+# -------------------------------------------- D5 at the moment of the resolver's own commit
+
+
+def test_merges_and_a_resolver_racing_at_its_commit_are_reordered_and_discarded(
+    catalog_dsn: str, warehouse: Path
+):
+    """A rival's merge, then a rival's resolve of the same base, land just before the
+    resolver's commit each time it commits (RacingCatalog): the first lands reordered before
+    the merge; the second is discarded behind the rival's resolve, its vector file handed to
+    cleanup; the prefix invariant holds at every version."""
+    with racing_pair(catalog_dsn, warehouse) as (mine, rival):
+        table = orders(mine, inline_max=0)
+        theirs = rival.load_table("shop.orders")
+        mine.race_with(lambda _: theirs.upsert(rows([2, 70], "raced")))
+        [task] = plan_tasks(table, RESOLVE_ONLY, force=False)
+
+        outcome = compact(mine, task)
+
+        assert outcome.status is OutcomeStatus.COMMITTED
+        assert outcome.version == task.base_version + 2  # after the raced merge
+        files = table.refresh().plan().partitions[0].files
+        assert [f.resolved for f in files] == [True, True, True, None]
+        for version in range(table.current_version() + 1):
+            assert_resolved_invariants(table, version)
+        expected = reads(table)
+        assert dict((r[0], r[1]) for r in expected)[2] == "raced2"
+
+        [again] = plan_tasks(table, RESOLVE_ONLY, force=False)
+        rival_task = replace(again, task_id=uuid.uuid4())
+        mine.race_with(lambda _: compact(rival, rival_task))
+        on_disk = files_on_disk(table)
+
+        outcome = compact(mine, again)
+
+        assert outcome.status is OutcomeStatus.DISCARDED
+        new_files = files_on_disk(table) - on_disk
+        live = {p for f in table.refresh().plan().files for p in f.paths}
+        [discarded_vectors] = new_files - live
+        assert discarded_vectors in leftover_paths(mine)
+        assert_resolved_invariants(table)
+        assert reads(table) == expected
