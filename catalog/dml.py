@@ -4,16 +4,24 @@ A statement is a conjunction of :class:`~catalog.files.pruning.Predicate` (``whe
 an UPDATE, column assignments (``set``). It is evaluated on one table version, written, and
 committed against that version; the conflict matrix then decides:
 
-* **Append tables - copy-on-write.** Only files whose statistics may hold a match are read
-  (partition values and per-file min/max/null counts prune first, then a read of the predicate
-  columns alone decides); each file holding a match is rewritten without the deleted rows (or
-  with the assignments applied) and replaced in one ``update`` commit. Why not delete files
-  merged on read (CarbonData's delete deltas, seed 004): every reader (Python, Spark, DuckDB and
-  Polars through Arrow, the compactor) would have to apply them, the read after a statement
-  would pay for them until a compaction, and the matrix's ``update`` already describes a rewrite;
-  copy-on-write keeps every reader plain, so the read after a DELETE costs what a read of the
-  rewritten table costs. What it costs instead - rewriting a whole file for one matching row -
-  is measured in ``bench/dml``.
+* **Append tables - deletion vectors.** Only files whose statistics may hold a match are read
+  (partition values and per-file min/max/null counts prune first), and of those only the
+  predicate columns, as written: a match's position counts every row of the file, and a row the
+  file's vector already marks never matches again. Each file holding a match is named again in
+  one ``update`` commit with a deletion vector = its old vector plus the new matches
+  (docs/design/deletion-vectors.md, D2-D3); a file whose every row ends up marked is dropped
+  instead. An UPDATE marks its matches the same way and writes them again, assigned, as new
+  files (in their new partitions when a partition column is assigned). Vectors are written per
+  partition, inline in the entry up to ``vectors.inline-max-bytes`` and otherwise in one Puffin
+  vector file, before the commit like any data file (a lost commit deletes it). Why: the
+  copy-on-write this replaced rewrote a whole file for one matching row, so a DELETE cost about
+  the table's size in the files it touched; a vector costs a read of the predicate columns and
+  a few bytes per marked row. What it costs instead: every reader applies vectors (they all go
+  through :mod:`catalog.files.reader`, so DuckDB, Polars, Spark and the compactor do), a marked
+  file leaves the readers' dataset fast path until a compaction rewrites it (append files past
+  ``compaction.rewrite-deleted-ratio`` marked become rewrite candidates), and marked rows keep
+  their bytes until then. ``dml.deletion-vectors: off`` keeps the old copy-on-write, for
+  consumers that take data files whole and cannot apply vectors.
 * **CDC tables - through the merge path.** The table is merge-read at the version (the key's
   newest change wins, partial rows filled), the predicate is applied to the winners, and the
   matching keys are written as merge runs: delete rows for a DELETE, complete rows with the
@@ -26,10 +34,14 @@ committed against that version; the conflict matrix then decides:
 The statement's commit names the version it read (``base_version``). If an append or merge
 landed in one of its partitions since (matrix: ``update``/``merge`` after ``append``/``merge``
 fails), nothing of it lands: its files are deleted and it is evaluated again on the new version,
-under a bounded, jittered :class:`~catalog.retry.RetryPolicy`. A compaction that landed since
-is overwritten by an append-table statement (the statement's snapshot is its base less the
-rewritten files, which still hold every row) and rebased under a CDC statement. So a statement
-never leaves a partial result: all of its partitions land in one commit, or none does.
+under a bounded, jittered :class:`~catalog.retry.RetryPolicy`. Two statements marking one
+partition are two ``update``s: the later one fails and is evaluated again on the first one's
+vectors, so no mark is lost. A compaction that landed since is overwritten by an append-table
+statement (its snapshot is its base with its files named again or rewritten; the compaction's
+outputs held the same rows) and rebased under a CDC statement; a compaction that lands after a
+statement marked one of its inputs is discarded (its output was read minus the old vector). So
+a statement never leaves a partial result: all of its partitions land in one commit, or none
+does.
 """
 
 from __future__ import annotations
@@ -55,7 +67,8 @@ from catalog.errors import (
     SchemaError,
 )
 from catalog.files.pruning import Predicate, may_contain, to_expression
-from catalog.files.reader import read_files, read_merged_buckets
+from catalog.files.reader import read_file_as_written, read_files, read_merged_buckets
+from catalog.files.vectors import VectorConfigError, inline_max_bytes, store_vectors
 from catalog.files.writer import WriteOptions, write_data_files
 from catalog.logs import get_logger
 from catalog.meta import TableMeta
@@ -63,6 +76,7 @@ from catalog.model import (
     ROW_KIND_COLUMN,
     ROW_KIND_DELETE,
     ROW_KIND_UPSERT,
+    UNAWARE_BUCKET,
     UNSET_COLUMN,
     CommitOp,
     CommitRequest,
@@ -73,6 +87,7 @@ from catalog.model import (
     IdempotencyKey,
     PartitionCommit,
     TableCommit,
+    VectorRef,
 )
 from catalog.planning import PartitionScan
 from catalog.retry import RetryPolicy
@@ -95,6 +110,10 @@ log = get_logger("lakestream.catalog.dml")
 STATEMENT_RETRY = RetryPolicy(attempts=6, base_delay=0.05, max_delay=2.0, deadline=600.0)
 
 WhereSpec = Sequence[Predicate | tuple[str, str, object] | tuple[str, str]]
+
+#: Table property: ``on`` (default) - append-table statements mark rows with deletion vectors;
+#: ``off`` - they rewrite every file holding a match (copy-on-write).
+DELETION_VECTORS_PROPERTY = "dml.deletion-vectors"
 
 
 class StatementError(CatalogError, ValueError):
@@ -139,10 +158,16 @@ class StatementResult:
     files_read: int
     """Candidate files read (after pruning by partition values and statistics)."""
     files_replaced: int
-    """Append tables: files rewritten (replaced); CDC tables: 0 (runs are added)."""
+    """Append tables: files newly marked by a deletion vector, dropped (every row gone) or, with
+    ``dml.deletion-vectors: off``, rewritten; CDC tables: 0 (runs are added)."""
     files_written: int
+    """Data files written (an UPDATE's rows; copy-on-write rewrites); vector files not counted."""
     attempts: int
     commit: CommitResult | None = None
+    vectors_written: int = 0
+    """Append tables: files named again with a new deletion vector (inline or in a vector file)."""
+    vector_files: int = 0
+    """Vector (Puffin) files written for the vectors too large to be kept inline."""
 
 
 def statement(
@@ -222,6 +247,14 @@ class Staged:
     files_read: int
     files_replaced: int
     written: tuple[DataFile, ...]
+    vector_files: tuple[str, ...] = ()
+    """Vector files written (relative paths): deleted with ``written`` if the commit is lost."""
+    vectors: int = 0
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every file this attempt wrote: what a lost commit deletes."""
+        return (*(f.path for f in self.written), *self.vector_files)
 
 
 def stage(table: Table, stmt: Statement, base: int, options: WriteOptions) -> Staged:
@@ -231,7 +264,26 @@ def stage(table: Table, stmt: Statement, base: int, options: WriteOptions) -> St
     parts = [p for p in plan.partitions if values_may_match(meta, p.values, stmt.scan_filter)]
     if meta.is_cdc:
         return _stage_cdc(meta, stmt, parts, base, options)
+    if uses_vectors(meta):
+        return _stage_vectors(meta, stmt, parts, base, options)
     return _stage_append(meta, stmt, parts, base, options)
+
+
+def uses_vectors(meta: TableMeta) -> bool:
+    """Whether an append table's statements mark rows with deletion vectors
+    (:data:`DELETION_VECTORS_PROPERTY`, ``on`` by default) or rewrite files (``off``).
+
+    Raises:
+        VectorConfigError: a value other than ``on`` or ``off``.
+    """
+    text = meta.properties.get(DELETION_VECTORS_PROPERTY, "on")
+    value = text.strip().lower()
+    if value not in ("on", "off"):
+        raise VectorConfigError(
+            f"{meta.name}: table property {DELETION_VECTORS_PROPERTY} must be on or off, "
+            f"not {text!r}"
+        )
+    return value == "on"
 
 
 def matching(rows: pa.Table, predicates: Sequence[Predicate], schema: pa.Schema) -> np.ndarray:
@@ -260,7 +312,130 @@ def assign(rows: pa.Table, mask: np.ndarray, assignments: Mapping[str, pa.Scalar
     return rows
 
 
-# -- append tables: copy-on-write -------------------------------------------------------------
+# -- append tables: deletion vectors ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Marked:
+    """One candidate file after a statement: the positions to mark (its old vector's and the
+    new matches', file coordinates) and, for an UPDATE, its matched rows written again."""
+
+    desc: str
+    source: DataFile
+    matched: int
+    marks: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
+    outputs: tuple[tuple[str, tuple[DataFile, ...]], ...] = ()
+
+    @property
+    def dropped(self) -> bool:
+        """Every row of the file is marked: it leaves the table instead of carrying a vector."""
+        return len(self.marks) >= self.source.row_count
+
+
+def _stage_vectors(
+    meta: TableMeta,
+    stmt: Statement,
+    parts: Sequence[PartitionScan],
+    base: int,
+    options: WriteOptions,
+) -> Staged:
+    """Mark the matches of every candidate file, write the vectors (per partition: inline or
+    one vector file) and an UPDATE's new rows; one ``update`` commit names each marked file
+    again with its new vector (a DELETE and an ADD of the same path) or drops it."""
+    candidates = [(p, f) for p in parts for f in p.files if may_contain(f, stmt.where, meta.schema)]
+    inline_max = inline_max_bytes(meta.properties)
+    done: list[_Marked] = []
+    vector_files: list[str] = []
+    try:
+        workers = max(1, min(len(candidates), pa.cpu_count()))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakestream-dml") as pool:
+            done += pool.map(lambda pf: _mark(meta, stmt, pf[0], pf[1], options), candidates)
+        marked = [m for m in done if m.matched]
+        refs = _store(meta, marked, inline_max, vector_files)
+    except BaseException:
+        _remove_paths(meta, [f.path for m in done for _, fs in m.outputs for f in fs])
+        _remove_paths(meta, vector_files)
+        raise
+    if not marked:
+        return Staged(None, 0, len(candidates), 0, ())
+    ops: dict[str, list[FileOp]] = defaultdict(list)
+    for m in marked:
+        ops[m.desc].append(FileOp(action=FileAction.DELETE, file=m.source))
+        if not m.dropped:
+            named = m.source.model_copy(update={"vector": refs[m.source.path]})
+            ops[m.desc].append(FileOp(action=FileAction.ADD, file=named))
+    for m in marked:
+        for desc, files in m.outputs:
+            ops[desc] += [FileOp(action=FileAction.ADD, file=f) for f in files]
+    commit = TableCommit(
+        table=str(meta.name),
+        op=CommitOp.UPDATE,  # a reset op: only those may carry vectors (design D3)
+        partitions=tuple(
+            PartitionCommit(partition_desc=d, ops=tuple(o)) for d, o in sorted(ops.items())
+        ),
+        base_version=base,
+    )
+    written = tuple(f for m in marked for _, files in m.outputs for f in files)
+    rows = sum(m.matched for m in marked)
+    return Staged(
+        commit, rows, len(candidates), len(marked), written, tuple(vector_files), len(refs)
+    )
+
+
+def _store(
+    meta: TableMeta, marked: Sequence[_Marked], inline_max: int, vector_files: list[str]
+) -> dict[str, VectorRef]:
+    """The new vectors of the files that stay, per partition; the vector files written are
+    appended to ``vector_files`` as they are written (a failure later still finds them)."""
+    by_partition: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    for m in marked:
+        if not m.dropped:
+            by_partition[m.desc][m.source.path] = m.marks
+    refs: dict[str, VectorRef] = {}
+    for desc, vectors in sorted(by_partition.items()):
+        values = list(meta.spec.parse(desc)[0].items())
+        stored = store_vectors(
+            meta.files, vectors, partition=values, bucket=UNAWARE_BUCKET, inline_max=inline_max
+        )
+        vector_files += sorted({r.path for r in stored.values() if r.path is not None})
+        refs.update(stored)
+    return refs
+
+
+def _mark(
+    meta: TableMeta, stmt: Statement, part: PartitionScan, file: DataFile, options: WriteOptions
+) -> _Marked:
+    """One candidate file: its matches found from the predicate columns alone, read as written
+    (positions count every row of the file; rows its vector already marks never match again).
+    An UPDATE reads the whole file only if something matched, and writes the matched rows with
+    the assignments applied (into their new partitions when a partition column is assigned)."""
+    wanted = sorted({p.column for p in stmt.where})
+    probe, keep = read_file_as_written(meta.files, file, meta.schema, columns=wanted)
+    mask = matching(probe, stmt.where, meta.schema) & keep
+    matched = int(mask.sum())
+    if matched == 0:
+        return _Marked(part.partition_desc, file, 0)
+    hits = np.flatnonzero(mask)
+    marks = np.flatnonzero(~(keep & ~mask)).astype(np.uint64)  # old marks and new, sorted
+    if stmt.kind is StatementKind.DELETE:
+        return _Marked(part.partition_desc, file, matched, marks)
+    rows, _ = read_file_as_written(meta.files, file, meta.schema)
+    updated = assign(rows.take(pa.array(hits)), np.ones(matched, np.bool_), stmt.assignments)
+    outputs: list[tuple[str, tuple[DataFile, ...]]] = []
+    try:
+        if any(c in meta.spec.columns for c in stmt.assignments):
+            for piece in split_partitions(meta, updated):
+                outputs.append((piece.desc, tuple(_write(meta, piece.values, piece.rows, options))))
+        else:
+            values = tuple(meta.spec.parse(part.partition_desc)[0].items())
+            outputs.append((part.partition_desc, tuple(_write(meta, values, updated, options))))
+    except BaseException:
+        _remove(meta, [f for _, files in outputs for f in files])
+        raise
+    return _Marked(part.partition_desc, file, matched, marks, tuple(outputs))
+
+
+# -- append tables: copy-on-write (dml.deletion-vectors: off) ----------------------------------
 
 
 @dataclass(frozen=True)
@@ -502,7 +677,7 @@ def run_statement(
         try:
             result = _commit(table, staged.commit, key)
         except CommitConflict as exc:
-            _remove(table.meta, staged.written)  # definitely not landed
+            _remove_paths(table.meta, staged.paths)  # definitely not landed
             log.info(
                 "statement_conflict",
                 table=table.name,
@@ -514,10 +689,10 @@ def run_statement(
             )
             raise
         except (CommitRejected, CatalogUnavailableError):
-            _remove(table.meta, staged.written)  # definitely not landed
+            _remove_paths(table.meta, staged.paths)  # definitely not landed
             raise
         if result.replayed:  # this key landed before: ours are nobody's files
-            _remove(table.meta, staged.written)
+            _remove_paths(table.meta, staged.paths)
         return _done(table, stmt, staged, (base, number, started), result)
 
     return (retry or STATEMENT_RETRY).run(attempt, retry_if=_evaluate_again)
@@ -554,6 +729,8 @@ def _done(
         files_written=len(staged.written),
         attempts=attempt,
         commit=result,
+        vectors_written=staged.vectors,
+        vector_files=len(staged.vector_files),
     )
     log.info(
         "statement",
@@ -565,6 +742,8 @@ def _done(
         files_read=outcome.files_read,
         files_replaced=outcome.files_replaced,
         files_written=outcome.files_written,
+        vectors_written=outcome.vectors_written,
+        vector_files=outcome.vector_files,
         attempts=attempt,
         duration_ms=round((time.monotonic() - started) * 1000, 1),
     )
@@ -575,7 +754,14 @@ def _remove(meta: TableMeta, files: Sequence[DataFile]) -> None:
     meta.files.discard(file.path for file in files)
 
 
+def _remove_paths(meta: TableMeta, paths: Sequence[str]) -> None:
+    """Delete files by relative path: data files and vector files alike."""
+    if paths:
+        meta.files.discard(paths)
+
+
 __all__ = [
+    "DELETION_VECTORS_PROPERTY",
     "STATEMENT_RETRY",
     "Statement",
     "StatementError",
@@ -583,4 +769,5 @@ __all__ = [
     "StatementResult",
     "run_statement",
     "statement",
+    "uses_vectors",
 ]

@@ -10,6 +10,11 @@ Append tables (bucket -1, the unaware-bucket rules of Paimon's seed 001):
   so rows are never reordered across files needlessly; a bin of one file is dropped. The task's
   inputs are its bins one after another; :func:`pack_bins` recovers them, and the rewrite
   writes each bin on its own (bounded memory, outputs of about the target size).
+* a file whose deletion vector marks more than ``rewrite_deleted_ratio`` of its rows is
+  *worn* (:func:`worn_files`, design D8 tier 2): it is an input at once, small or not, binned
+  with its small neighbours or rewritten alone, so the rows DML marked stop costing reads and
+  bytes. Its output carries no vector (bins are read minus vectors). A file marked below the
+  ratio is left alone unless it is small anyway.
 
 CDC buckets: when a bucket holds ``max_sorted_runs`` runs or more, or its read amplification
 (:func:`read_amplification`) exceeds ``max_read_amplification``, ALL its runs are merged into
@@ -127,9 +132,41 @@ def append_inputs(
     """The inputs of an append partition's task (empty: no task)."""
     small = small_files(files, policy)
     waits = len(small) < policy.min_file_num and idle_rounds < policy.force_after_rounds
-    if len(small) < 2 or (waits and not force):
-        return ()
-    return tuple(f for b in pack_bins(small, policy.target_file_size) for f in b)
+    packing = len(small) >= 2 and (force or not waits)
+    worn = worn_files(files, policy)
+    if not worn:
+        return (
+            tuple(f for b in pack_bins(small, policy.target_file_size) for f in b)
+            if packing
+            else ()
+        )
+    return _with_worn(files, small if packing else [], worn, policy)
+
+
+def worn_files(files: Sequence[DataFile], policy: CompactionPolicy) -> set[str]:
+    """Paths of the files whose vector marks more than ``rewrite_deleted_ratio`` of their rows."""
+    return {
+        f.path
+        for f in files
+        if f.vector is not None
+        and f.row_count > 0
+        and f.vector.cardinality / f.row_count > policy.rewrite_deleted_ratio
+    }
+
+
+def _with_worn(
+    files: Sequence[DataFile], small: Sequence[DataFile], worn: set[str], policy: CompactionPolicy
+) -> tuple[DataFile, ...]:
+    """Worn files and the small files due for packing, in commit order, binned as
+    :func:`bins_of` bins them; a bin is kept when it holds a worn file or more than one file.
+    Every kept bin but the last closes on its own, so ``bins_of`` of the inputs gives the same
+    bins back (the rewrite relies on that)."""
+    chosen = {f.path for f in small} | worn
+    candidates = [f for f in files if f.path in chosen]
+    kept = [
+        b for b in bins_of(candidates, policy.target_file_size) if len(b) > 1 or b[0].path in worn
+    ]
+    return tuple(f for b in kept for f in b)
 
 
 # ------------------------------------------------------------------------------ CDC buckets

@@ -23,6 +23,7 @@ MAX_SORTED_RUNS = "compaction.max-sorted-runs"
 MAX_READ_AMPLIFICATION = "compaction.max-read-amplification"
 ENABLED = "compaction.enabled"
 RESOLVE = "compaction.resolve"
+REWRITE_DELETED_RATIO = "compaction.rewrite-deleted-ratio"
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*$", re.IGNORECASE)
 _POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
@@ -98,6 +99,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max_read_amplification": (MAX_READ_AMPLIFICATION, _amplification, "a number >= 1"),
     "enabled": (ENABLED, _boolean, "true or false"),
     "resolve": (RESOLVE, _boolean, "true or false"),
+    "rewrite_deleted_ratio": (REWRITE_DELETED_RATIO, _ratio, "a number in (0, 1]"),
 }
 
 
@@ -123,6 +125,9 @@ class CompactionPolicy:
     resolve: bool = True
     """``compaction.resolve``: a CDC bucket with pending runs and no fold due is resolved
     (kind ``resolve``: deletion vectors mark what the runs replace; no data rewritten)."""
+    rewrite_deleted_ratio: float = 0.2
+    """``compaction.rewrite-deleted-ratio``: an append file whose deletion vector marks more than
+    this fraction of its rows is rewritten without them, small or not (design D8, tier 2)."""
 
     @property
     def small_file_bytes(self) -> float:

@@ -49,10 +49,19 @@ def report_line(result: StatementResult) -> str:
         if result.version is not None
         else f"nothing matched at version {result.base_version}; nothing committed"
     )
-    files = f"read {result.files_read} files, replaced {result.files_replaced}, wrote " + str(
-        result.files_written
-    )
-    return f"{result.table}: {verb} {result.rows} rows ({files}), {where}"
+    return f"{result.table}: {verb} {result.rows} rows ({_files(result)}), {where}"
+
+
+def _files(result: StatementResult) -> str:
+    """What the statement did to files: marked with a deletion vector (append tables), dropped
+    (every row gone) or replaced (copy-on-write; a CDC table's are always 0), and written."""
+    read = f"read {result.files_read} files"
+    wrote = f"wrote {result.files_written}"
+    if not result.vectors_written:
+        return f"{read}, replaced {result.files_replaced}, {wrote}"
+    dropped = result.files_replaced - result.vectors_written
+    marked = f"marked {result.vectors_written}" + (f", dropped {dropped}" if dropped else "")
+    return f"{read}, {marked}, {wrote}"
 
 
 def report_json(result: StatementResult) -> dict[str, Any]:

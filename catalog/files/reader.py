@@ -213,9 +213,32 @@ def _positions(storage: Storage, ref: VectorRef) -> npt.NDArray[np.uint64]:
 def _read_aligned(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
     file = pq.ParquetFile(path, filesystem=fs)
     present = [n for n in schema.names if n in file.schema_arrow.names]
+    present = present or file.schema_arrow.names[:1]  # none written yet: the rows still count
     aligned = align_to_schema(file.read(columns=present), schema)
     assert isinstance(aligned, pa.Table)
     return aligned
+
+
+def read_file_as_written(
+    location: Location,
+    file: DataFile,
+    schema: pa.Schema,
+    *,
+    columns: Sequence[str] | None = None,
+) -> tuple[pa.Table, npt.NDArray[np.bool_]]:
+    """Every row of one plain data file as written - its vector NOT applied - under ``schema``
+    restricted to ``columns``, and which rows its vector leaves alive (all: no vector).
+
+    For writers of vectors (append-table DML): a new mark is a position in the file as written,
+    so the rows must be read in file coordinates, and a row its vector already marks must never
+    match again (``keep`` tells them apart).
+    """
+    storage = storage_for(location)
+    wanted = _subschema(schema, list(columns) if columns is not None else schema.names)
+    rows = _read_aligned(storage.filesystem, _path(storage, file), wanted)
+    if file.vector is None:
+        return rows, np.ones(rows.num_rows, dtype=np.bool_)
+    return rows, keep_mask(_positions(storage, file.vector), 0, rows.num_rows)
 
 
 def read_files(

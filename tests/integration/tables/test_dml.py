@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, CommitOp, SchemaError, StatementError
+from catalog import Catalog, CommitOp, SchemaError, StatementError, VectorConfigError
 from catalog.table import Table
 
 pytestmark = pytest.mark.integration
@@ -105,15 +105,74 @@ def test_nothing_matches_nothing_committed(table: Table):
     assert table.current_version() == 1
 
 
-def test_append_statement_rewrites_only_files_that_may_match(catalog: Catalog):
+def test_append_statement_marks_only_files_that_may_match(catalog: Catalog):
     events = catalog.create_table("logs.events", ORDERS)
     for start in range(0, 50, 10):
         events.append(orders(range(start, start + 10), "eu"))
     untouched = live_paths(events)
     result = events.delete(where=[("id", ">=", 12), ("id", "<", 14)])
     assert (result.rows, result.files_read, result.files_replaced) == (2, 1, 1)
-    assert len(untouched - live_paths(events)) == 1, "only the file holding ids 10..19 rewritten"
+    assert (result.files_written, result.vectors_written, result.vector_files) == (0, 1, 0)
+    assert live_paths(events) == untouched, "no file rewritten: the one holding 10..19 marked"
+    [marked] = [f for f in events.plan().files if f.vector is not None]
+    assert marked.vector is not None and marked.vector.cardinality == 2
+    assert marked.vector.inline is not None, "two marks ride in the entry"
     assert sorted(by_id(events)) == [i for i in range(50) if i not in (12, 13)]
+    assert sorted(by_id(events, version=5)) == list(range(50))
+
+
+def test_copy_on_write_when_deletion_vectors_are_off(catalog: Catalog):
+    events = catalog.create_table("logs.events", ORDERS, properties={"dml.deletion-vectors": "off"})
+    for start in range(0, 50, 10):
+        events.append(orders(range(start, start + 10), "eu"))
+    untouched = live_paths(events)
+    result = events.delete(where=[("id", ">=", 12), ("id", "<", 14)])
+    assert (result.rows, result.files_read, result.files_replaced) == (2, 1, 1)
+    assert (result.files_written, result.vectors_written) == (1, 0)
+    assert len(untouched - live_paths(events)) == 1, "only the file holding ids 10..19 rewritten"
+    assert all(f.vector is None for f in events.plan().files)
+    assert sorted(by_id(events)) == [i for i in range(50) if i not in (12, 13)]
+
+
+def test_a_bad_deletion_vectors_value_is_refused_naming_the_property(catalog: Catalog):
+    events = catalog.create_table(
+        "logs.events", ORDERS, properties={"dml.deletion-vectors": "maybe"}
+    )
+    events.append(orders(range(0, 10), "eu"))
+    with pytest.raises(VectorConfigError, match=r"dml\.deletion-vectors must be on or off"):
+        events.delete(where=[("id", "=", 1)])
+    assert events.current_version() == 1
+
+
+def test_marks_add_up_and_a_marked_row_never_matches_again(catalog: Catalog):
+    events = catalog.create_table("logs.events", ORDERS)
+    events.append(orders(range(0, 10), "eu"))
+    [original] = live_paths(events)
+    assert events.delete(where=[("id", "<", 3)]).rows == 3
+    again = events.update(where=[("id", "<", 5)], set={"status": "void"})
+    assert again.rows == 2, "ids 0..2 are gone: only 3 and 4 match"
+    assert (again.vectors_written, again.files_written) == (1, 1)
+    [kept] = [f for f in events.plan().files if f.path == original]
+    assert kept.vector is not None and kept.vector.cardinality == 5  # 0..2, then 3 and 4
+    got = by_id(events)
+    assert sorted(got) == list(range(3, 10))
+    assert got[3] == ("eu", "void", 3.0) and got[5] == ("eu", "open", 5.0)
+
+
+def test_a_vector_past_the_inline_cap_goes_to_a_vector_file(catalog: Catalog, warehouse: Path):
+    events = catalog.create_table(
+        "logs.events", ORDERS, partition_by=["region"], properties={"vectors.inline-max-bytes": "0"}
+    )
+    events.append(orders(range(0, 10), "eu"))
+    events.append(orders(range(10, 20), "us"))
+    result = events.delete(where=[("total", ">=", 8), ("total", "<", 12)])
+    assert (result.rows, result.vectors_written, result.vector_files) == (4, 2, 2)
+    refs = [f.vector for f in events.plan().files if f.vector is not None]
+    assert len(refs) == 2 and all(r.path is not None and r.inline is None for r in refs)
+    puffins = sorted(str(p.relative_to(events.meta.location)) for p in warehouse.rglob("*.puffin"))
+    assert puffins == sorted(r.path for r in refs if r.path is not None)
+    assert any("region=us" in p for p in puffins), "one vector file per partition, beside its data"
+    assert sorted(by_id(events)) == [i for i in range(20) if not 8 <= i < 12]
 
 
 def test_deleting_every_row_of_a_file_writes_nothing(catalog: Catalog):

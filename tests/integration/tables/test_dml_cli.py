@@ -34,7 +34,7 @@ def test_delete_then_update(events, catalog_dsn: str):
                          dsn=catalog_dsn)  # fmt: skip
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stdout.strip() == (
-        "logs.events: deleted 2 rows (read 1 files, replaced 1, wrote 1), version 2"
+        "logs.events: deleted 2 rows (read 1 files, marked 1, wrote 0), version 2"
     )
     updated = lakestream("tables", "update", "logs.events", "--where", "day >= '2022-01-11'",
                          "--set", "region='eu'", "--json", dsn=catalog_dsn)  # fmt: skip

@@ -9,12 +9,12 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import ColumnStats, DataFile
+from catalog import ColumnStats, DataFile, VectorRef
 from catalog.meta import TableMeta
 from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
 from catalog.planning import PartitionScan, ScanPlan
-from compaction.planner import pack_bins, plan_table, read_amplification
+from compaction.planner import bins_of, pack_bins, plan_table, read_amplification
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionKind
 
@@ -129,6 +129,71 @@ def test_a_disabled_table_gets_no_task_even_when_forced():
     files = [file(f"f{i}") for i in range(9)]
     off = CompactionPolicy(enabled=False)
     assert plan_table(APPEND, plan(APPEND, partition("day=1", *files)), off, force=True) == []
+
+
+# ------------------------------------------- append files worn by deletion vectors (tier 2)
+
+
+def marked(name: str, size_mb: float, rows: int, deleted: int) -> DataFile:
+    """A file whose deletion vector marks ``deleted`` of its ``rows``."""
+    vector = VectorRef(cardinality=deleted, inline="AAAA")
+    return file(name, size_mb, rows).model_copy(update={"vector": vector})
+
+
+def test_a_large_file_past_the_deleted_ratio_is_rewritten_alone():
+    files = [marked("worn", 90, rows=100, deleted=21), file("big", 90)]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == ["worn"]
+    assert task.kind is CompactionKind.BIN_PACK
+
+
+def test_a_file_at_or_below_the_ratio_is_left_alone_unless_small():
+    files = [marked("at", 90, rows=100, deleted=20), marked("few", 90, rows=100, deleted=3)]
+    assert plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY) == []
+    small = [marked("s0", 5, rows=100, deleted=3), *(file(f"s{i}", 5) for i in range(1, 5))]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *small)), POLICY)
+    assert names(task.inputs) == ["s0", "s1", "s2", "s3", "s4"]  # small anyway: packed
+
+
+def test_a_worn_file_is_binned_with_its_small_neighbours_in_commit_order():
+    files = [file("s0", 10), marked("worn", 90, rows=10, deleted=5), file("s1", 10)]
+    files += [file(f"s{i}", 10) for i in range(2, 5)]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == ["s0", "worn", "s1", "s2", "s3", "s4"]
+
+
+def test_a_worn_file_does_not_make_too_few_small_files_due():
+    files = [file("s0", 10), file("s1", 10), file("big", 90), marked("worn", 150, 10, 9)]
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == ["worn"]  # the two small files still wait for three more
+
+
+def test_the_ratio_is_a_table_property():
+    files = [marked("half", 90, rows=100, deleted=50)]
+    lenient = CompactionPolicy(target_file_size=100 * MB, rewrite_deleted_ratio=0.6)
+    assert plan_table(APPEND, plan(APPEND, partition("day=1", *files)), lenient) == []
+    [task] = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY)
+    assert names(task.inputs) == ["half"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 250), st.integers(0, 10)), min_size=1, max_size=12))
+def test_the_rewrite_finds_the_planned_bins_again(specs: list[tuple[int, int]]):
+    """The rewrite re-bins a task's inputs with ``bins_of``: each planned bin, worn files in it
+    or not, must come back unchanged, and every worn file must be an input."""
+    files = [
+        marked(f"f{i}", size, rows=10, deleted=dead) if dead else file(f"f{i}", size)
+        for i, (size, dead) in enumerate(specs)
+    ]
+    tasks = plan_table(APPEND, plan(APPEND, partition("day=1", *files)), POLICY, force=True)
+    inputs = tasks[0].inputs if tasks else ()
+    worn = {f.path for f in files if f.vector is not None and f.vector.cardinality > 2}
+    assert worn <= {f.path for f in inputs}
+    if inputs:
+        bins = bins_of(inputs, POLICY.target_file_size)
+        assert all(len(b) > 1 or b[0].path in worn for b in bins)
+        order = [f.path for f in files]
+        assert [order.index(f.path) for f in inputs] == sorted(order.index(f.path) for f in inputs)
 
 
 # ------------------------------------------------------------------------------- CDC rules

@@ -26,6 +26,7 @@ def test_every_property_is_read():
             "compaction.max-sorted-runs": "8",
             "compaction.max-read-amplification": "2.5",
             "compaction.enabled": "FALSE",
+            "compaction.rewrite-deleted-ratio": "0.5",
             "unrelated": "ignored",
         }
     )
@@ -37,6 +38,7 @@ def test_every_property_is_read():
         max_sorted_runs=8,
         max_read_amplification=2.5,
         enabled=False,
+        rewrite_deleted_ratio=0.5,
     )
 
 
@@ -76,6 +78,8 @@ def test_sizes_that_are_not_sizes(text):
         ("compaction.max-read-amplification", "0.9"),
         ("compaction.max-read-amplification", "nan"),
         ("compaction.enabled", "yes"),
+        ("compaction.rewrite-deleted-ratio", "0"),
+        ("compaction.rewrite-deleted-ratio", "1.2"),
     ],
 )
 def test_a_bad_value_names_the_property_and_the_table(prop, value):
