@@ -211,3 +211,18 @@ def test_a_delete_killed_after_writing_its_vector_file_leaves_an_orphan_for_vacu
     assert not any(p.endswith(".puffin") for p in files_on_disk(table))
     assert rows_at(table) == before
     assert table.delete(where=[("id", "<", 5)]).rows == 5, "the table is not blocked"
+
+
+def test_a_file_past_the_deleted_ratio_is_rewritten_without_its_marked_rows(catalog: Catalog):
+    """Tier 2 (design D8) for append files: one file, alone, not due as a small file."""
+    table = events(catalog, files=1)
+    table.delete(where=[("id", "<", 2)])  # 2 of 10 marked: not past 0.2
+    assert plan_tasks(table, force=False) == []
+    table.delete(where=[("id", "=", 9)])
+    [task] = plan_tasks(table, force=False)
+    assert [f.vector.cardinality for f in task.inputs if f.vector] == [3]
+    outcome = compact(catalog, task)
+    assert outcome.status is OutcomeStatus.COMMITTED
+    [output] = table.plan().files
+    assert output.vector is None and output.row_count == 7
+    assert ids(table) == list(range(2, 9))
