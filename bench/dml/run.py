@@ -45,9 +45,12 @@ from bench.common import (
     quiet_logging,
     scratch_dir,
 )
+from bench.read.small_files import ratio_interval
 from catalog import Catalog, CommitOp, FileAction, FileOp, PartitionCommit, Table
 from jobs.table_compact import compact_table
 
+#: Paired rounds of the read after against the fresh read.
+READ_ROUNDS = 6
 CASES = {"clustered": None, "scattered": ("quantity", "=", 7)}  # clustered: set from --rows
 
 
@@ -63,11 +66,31 @@ class Case:
     delta_read_after_s: float = 0.0
     files_read: int = 0
     files_replaced: int = 0
+    vectors: int = 0
+    read_ratios: list[float] | None = None
+    """Per paired round: read after / fresh read."""
 
     @property
     def ratio(self) -> float:
         assert self.lakestream_s and self.delta_s
         return statistics.median(self.lakestream_s) / statistics.median(self.delta_s)
+
+    @property
+    def paired(self) -> str:
+        """Geometric mean of the per-repeat delete ratios (each repeat runs both systems) and
+        its 95% interval."""
+        assert self.lakestream_s and self.delta_s
+        return _interval([a / b for a, b in zip(self.lakestream_s, self.delta_s, strict=True)])
+
+    @property
+    def read_paired(self) -> str:
+        assert self.read_ratios
+        return _interval(self.read_ratios)
+
+
+def _interval(ratios: list[float]) -> str:
+    mean, low, high = ratio_interval(ratios)
+    return f"{mean:.2f} ({low:.2f}-{high:.2f})"
 
 
 def chunks(rows: int, size: int) -> list[pa.Table]:
@@ -79,7 +102,9 @@ def chunks(rows: int, size: int) -> list[pa.Table]:
 
 
 def restore(table: Table, base: int) -> None:
-    """Put back the files the statement after ``base`` replaced: one untimed ``update``."""
+    """Put back the entries the statement after ``base`` changed: the files it replaced, and
+    the files it named again with a deletion vector (their base entry, without it). One
+    untimed ``update``."""
     before = {
         p.partition_desc: {f.path: f for f in p.files} for p in table.plan(version=base).partitions
     }
@@ -88,9 +113,11 @@ def restore(table: Table, base: int) -> None:
     for desc in before.keys() | now.keys():
         old, new = before.get(desc, {}), now.get(desc, {})
         ops[desc] += [
-            FileOp(action=FileAction.DELETE, file=f) for p, f in new.items() if p not in old
+            FileOp(action=FileAction.DELETE, file=f) for p, f in new.items() if old.get(p) != f
         ]
-        ops[desc] += [FileOp(action=FileAction.ADD, file=f) for p, f in old.items() if p not in new]
+        ops[desc] += [
+            FileOp(action=FileAction.ADD, file=f) for p, f in old.items() if new.get(p) != f
+        ]
     parts = [PartitionCommit(partition_desc=d, ops=tuple(o)) for d, o in ops.items() if o]
     if parts:
         table.commit(CommitOp.UPDATE, parts, base_version=table.current_version())
@@ -119,6 +146,7 @@ def run_case(
                 case.rows_deleted = result.rows  # type: ignore[attr-defined]
                 case.files_read = result.files_read  # type: ignore[attr-defined]
                 case.files_replaced = result.files_replaced  # type: ignore[attr-defined]
+                case.vectors = result.vectors_written  # type: ignore[attr-defined]
                 if not last:
                     restore(table, base)
             else:
@@ -147,9 +175,16 @@ def read_figures(
         fresh = catalog.create_table(fresh_name, SCHEMA)
         fresh.append(after.sort_by("id"))
     del after
-    reads = [timed(lambda: fresh.scan().to_arrow())[0] for _ in range(2)]
-    again = [timed(lambda: table.scan().to_arrow())[0] for _ in range(2)]
-    case.read_after_s = statistics.median([case.read_after_s, *again])
+    reads, again, case.read_ratios = [], [], []
+    for round_ in range(READ_ROUNDS):  # paired rounds, the order alternating
+        pair = {}
+        for name in ("after", "fresh") if round_ % 2 == 0 else ("fresh", "after"):
+            source = table if name == "after" else fresh
+            pair[name] = timed(lambda: source.scan().to_arrow())[0]  # noqa: B023 (called now)
+        again.append(pair["after"])
+        reads.append(pair["fresh"])
+        case.read_ratios.append(pair["after"] / pair["fresh"])
+    case.read_after_s = statistics.median(again)
     case.read_fresh_s = statistics.median(reads)
     delta_reads = [
         timed(lambda: DeltaTable(str(delta_path)).to_pyarrow_table())[0] for _ in range(3)
@@ -213,18 +248,18 @@ def report(cases: list[Case], args: argparse.Namespace, env: list[str]) -> list[
         "",
         *env,
         "",
-        "| table | predicate | rows deleted | files read / replaced | lakestream s | delta-rs s "
-        "| ratio (goal <= 0.5) | read after s | fresh read s | read ratio (goal <= 1.1) "
-        "| delta-rs read after s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| table | predicate | rows deleted | files read / replaced (vectors) | lakestream s "
+        "| delta-rs s | ratio of medians | paired ratio (95%) (goal <= 0.5) | read after s "
+        "| fresh read s | read ratio, paired (95%) (goal <= 1.1) | delta-rs read after s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in cases:
         assert c.lakestream_s and c.delta_s
         lines.append(
             f"| {c.table_kind} | {c.name} | {c.rows_deleted:,} | {c.files_read} / "
-            f"{c.files_replaced} | {statistics.median(c.lakestream_s):.2f} | "
-            f"{statistics.median(c.delta_s):.2f} | {c.ratio:.2f} | {c.read_after_s:.2f} | "
-            f"{c.read_fresh_s:.2f} | {c.read_after_s / c.read_fresh_s:.2f} | "
+            f"{c.files_replaced} ({c.vectors}) | {statistics.median(c.lakestream_s):.2f} | "
+            f"{statistics.median(c.delta_s):.2f} | {c.ratio:.2f} | {c.paired} | "
+            f"{c.read_after_s:.2f} | {c.read_fresh_s:.2f} | {c.read_paired} | "
             f"{c.delta_read_after_s:.2f} |"
         )
     return lines
