@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.files.pruning import Predicate
-from catalog.files.reader import read_files, read_merged, read_whole_files
+from catalog.files.reader import read_file_as_written, read_files, read_merged, read_whole_files
 from catalog.files.vectors import encode_vector, keep_mask
 from catalog.files.writer import WriteOptions, prepare_merge_run, write_data_file
 from catalog.manifest import FileManifest
@@ -147,3 +147,23 @@ def test_a_vectored_file_of_an_older_schema_is_masked_then_aligned(tmp_path: Pat
     )
 
     assert got.to_pylist() == [{"id": i, "value": (i * 37) % 101, "tag": None} for i in (2, 3, 5)]
+
+
+def test_a_file_as_written_keeps_its_marked_rows_and_says_which_they_are(tmp_path: Path) -> None:
+    """What a writer of vectors reads: positions count every row, the marked ones included."""
+    options = WriteOptions(fsync=False, row_group_rows=3)
+    file = marked(write_data_file(rows(8), tmp_path, options=options), {1, 6})
+
+    got, keep = read_file_as_written(tmp_path, file, SCHEMA, columns=["value"])
+
+    assert got.schema == pa.schema([SCHEMA.field("value")])
+    assert got.column("value").to_pylist() == [(i * 37) % 101 for i in range(8)]
+    assert keep.tolist() == [i not in (1, 6) for i in range(8)]
+
+
+def test_a_file_as_written_without_the_column_reads_nulls_for_every_row(tmp_path: Path) -> None:
+    older = write_data_file(rows(4).drop_columns(["tag"]), tmp_path, options=WriteOptions())
+
+    got, keep = read_file_as_written(tmp_path, older, SCHEMA, columns=["tag"])
+
+    assert got.column("tag").to_pylist() == [None] * 4 and keep.all()
