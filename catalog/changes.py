@@ -7,8 +7,9 @@ after). Per version of the range, in commit order:
 * **append tables**: the rows of the files the version added, less the rows of the files it
   removed, compared whole as a multiset. An append is all inserts; a DELETE or UPDATE (or a TTL
   drop) is deletes and inserts of the rows that differ - rows a copy-on-write rewrite carried
-  over cancel out, and so do the unmarked rows of a file named again with a new vector. With no key, an updated row cannot be told from a deleted one plus an
-  inserted one, so updates are a ``delete`` and an ``insert``, never pre/post-images.
+  over cancel out, and so do the unmarked rows of a file named again with a new vector. With
+  no key, an updated row cannot be told from a deleted one plus an inserted one, so updates are
+  a ``delete`` and an ``insert``, never pre/post-images.
 * **CDC tables**: the merged state of the partitions the version touched, before (the version
   below) and after, compared by primary key. A key that did not exist before is an ``insert``,
   one gone after a ``delete`` (carrying its whole last row), one whose values changed an
