@@ -19,9 +19,22 @@ Append tables (bucket -1, the unaware-bucket rules of Paimon's seed 001):
 CDC buckets: when a bucket holds ``max_sorted_runs`` runs or more, or its read amplification
 (:func:`read_amplification`) exceeds ``max_read_amplification``, ALL its runs are merged into
 one file (the fold); every run is an input, so deletes can be dropped. A bucket of one file is
-never folded. Otherwise a bucket with pending runs (files not flagged ``resolved`` after its
-resolved prefix) is *resolved* (:func:`resolve_inputs`, kind ``resolve``): cheap, frequent,
-no data rewritten; the fold stays the safety valve.
+never folded. With ``compaction.resolve`` on, both triggers count only what a reader pays for
+(:func:`reader_due`): the pending runs (files not flagged ``resolved`` after the resolved
+prefix), read against the prefix's live rows; resolved files, however many, are a plain scan
+and are tidied by the tiers instead, so a resolved bucket is not folded again and again as
+runs accumulate (the write amplification issue 49 removes). Otherwise, in this order:
+
+* tier 1 (:func:`tier_fold_inputs`): ``tier_min_files`` consecutive small resolved files are
+  folded into one (kind ``fold-resolved``);
+* tier 2 (:func:`worn_resolved`): a resolved file at or above the small-file size whose vector
+  marks more than ``rewrite_deleted_ratio`` of its rows is rewritten alone (same kind);
+* a bucket with pending runs is *resolved* (:func:`resolve_inputs`, kind ``resolve``): cheap,
+  frequent, no data rewritten; the fold stays the safety valve.
+
+A tier goes before a resolve because it is rare (it needs files to accumulate) and names the
+pending runs unchanged, while a resolve is due at almost every round under steady ingest: the
+other order would starve the tiers.
 
 At most one task per (table, partition_desc): a partition's task holds all of its work.
 """
@@ -62,10 +75,10 @@ def plan_table(
         if meta.is_cdc:
             inputs = bucket_inputs(meta, part, policy, force=force)
             if not inputs and policy.resolve:
-                resolve = resolve_inputs(part)
-                if resolve:
-                    tasks.append(_resolve_task(meta, plan, part, policy, resolve))
-                    continue
+                task = _tier_or_resolve(meta, plan, part, policy)
+                if task is not None:
+                    tasks.append(task)
+                continue
         else:
             waited = idle.get(part.partition_desc, 0)
             inputs = append_inputs(part.files, policy, idle_rounds=waited, force=force)
@@ -179,12 +192,33 @@ def bucket_inputs(
     runs = part.files
     if len(runs) < 2:
         return ()
+    if force:
+        return tuple(runs)
+    if policy.resolve:
+        return tuple(runs) if reader_due(meta, part, policy) else ()
     due = (
-        force
-        or len(runs) >= policy.max_sorted_runs
+        len(runs) >= policy.max_sorted_runs
         or read_amplification(meta, runs) > policy.max_read_amplification
     )
     return tuple(runs) if due else ()
+
+
+def reader_due(meta: TableMeta, part: PartitionScan, policy: CompactionPolicy) -> bool:
+    """Whether a bucket of a resolving table is owed a fold: its pending runs number
+    ``max_sorted_runs``, or a read of it (the resolved prefix's live rows as one base, plus the
+    pending runs merged) decodes more than ``max_read_amplification`` x its live rows. Marked
+    rows and the count of resolved files do not count: tiers 1 and 2 deal with them."""
+    pending = pending_runs(part)
+    if not pending:
+        return False
+    if len(pending) >= policy.max_sorted_runs:
+        return True
+    prefix = part.files[: len(part.files) - len(pending)]
+    items = [(f.row_count, _key_range(meta, f)) for f in pending]
+    if prefix:
+        live = sum(f.row_count - (f.vector.cardinality if f.vector else 0) for f in prefix)
+        items.append((live, _union_range([_key_range(meta, f) for f in prefix])))
+    return _amplification(items) > policy.max_read_amplification
 
 
 def read_amplification(meta: TableMeta, runs: Sequence[DataFile]) -> float:
@@ -199,12 +233,32 @@ def read_amplification(meta: TableMeta, runs: Sequence[DataFile]) -> float:
     and inserts of ever-growing keys - and otherwise errs high (inserts mixed into updates
     count as updates, deletes are not subtracted), i.e. towards compacting a little early.
     """
-    total = sum(f.row_count for f in runs)
-    live = sum(max(f.row_count for f in group) for group in _overlapping_groups(meta, runs))
+    return _amplification([(f.row_count, _key_range(meta, f)) for f in runs])
+
+
+KeyRange = tuple[Any, Any]
+#: A run as the estimate sees it: its row count and its first key column's range (None: unknown).
+RunShape = tuple[int, KeyRange | None]
+
+
+def _amplification(runs: Sequence[RunShape]) -> float:
+    total = sum(rows for rows, _ in runs)
+    live = sum(max(rows for rows, _ in group) for group in _overlapping_groups(runs))
     return total / live if live else 1.0
 
 
-def _key_range(meta: TableMeta, file: DataFile) -> tuple[Any, Any] | None:
+def _union_range(ranges: Sequence[KeyRange | None]) -> KeyRange | None:
+    """The smallest range holding every one of ``ranges``; None when one is unknown."""
+    known = [r for r in ranges if r is not None]
+    if len(known) < len(ranges) or not known:
+        return None
+    try:
+        return min(low for low, _ in known), max(high for _, high in known)
+    except TypeError:  # values that do not compare
+        return None
+
+
+def _key_range(meta: TableMeta, file: DataFile) -> KeyRange | None:
     """(min, max) of the file's first key column as Python values; None when unknown."""
     column = meta.primary_key[0]
     stats = file.stats.get(column)
@@ -218,11 +272,10 @@ def _key_range(meta: TableMeta, file: DataFile) -> tuple[Any, Any] | None:
     return low, high
 
 
-def _overlapping_groups(meta: TableMeta, runs: Sequence[DataFile]) -> list[list[DataFile]]:
+def _overlapping_groups(runs: Sequence[RunShape]) -> list[list[RunShape]]:
     """Runs grouped so that key ranges of different groups are disjoint."""
-    ranged = [(_key_range(meta, f), f) for f in runs]
-    known = [(r, f) for r, f in ranged if r is not None]
-    if len(known) < len(ranged):  # a run of unknown range may overlap any other
+    known = [(r, run) for run in runs if (r := run[1]) is not None]
+    if len(known) < len(runs):  # a run of unknown range may overlap any other
         return [list(runs)]
     try:
         return _sweep(sorted(known, key=lambda item: item[0][0]))
@@ -230,16 +283,16 @@ def _overlapping_groups(meta: TableMeta, runs: Sequence[DataFile]) -> list[list[
         return [list(runs)]
 
 
-def _sweep(ranged: Sequence[tuple[tuple[Any, Any], DataFile]]) -> list[list[DataFile]]:
+def _sweep(ranged: Sequence[tuple[KeyRange, RunShape]]) -> list[list[RunShape]]:
     """Connected groups of closed intervals sorted by their low end."""
-    groups: list[list[DataFile]] = []
+    groups: list[list[RunShape]] = []
     high: Any = None
-    for (low, run_high), file in ranged:
+    for (low, run_high), run in ranged:
         if groups and low <= high:
-            groups[-1].append(file)
+            groups[-1].append(run)
             high = max(high, run_high)
         else:
-            groups.append([file])
+            groups.append([run])
             high = run_high
     return groups
 
@@ -278,5 +331,87 @@ def _resolve_task(
         kind=CompactionKind.RESOLVE,
         base_version=plan.table_version,
         inputs=inputs,
+        target_file_size=policy.target_file_size,
+    )
+
+
+# ------------------------------------------------------------ CDC buckets: tiers 1 and 2 (D8)
+
+
+def resolved_files(part: PartitionScan) -> tuple[DataFile, ...]:
+    """The bucket's resolved prefix: the leading files flagged ``resolved`` (R1)."""
+    files = part.files
+    return files[: next((i for i, f in enumerate(files) if f.resolved is not True), len(files))]
+
+
+def tier_fold_inputs(part: PartitionScan, policy: CompactionPolicy) -> tuple[DataFile, ...]:
+    """Tier 1: the first ``tier_min_files`` or more consecutive small resolved files, cut into
+    bins of about :data:`BIN_TARGETS` x the target size as bin-packing cuts them; empty when no
+    stretch is long enough. Consecutive (in chain order) because the output takes the stretch's
+    place in the chain: every file keeps its order relative to the others, so the prefix stays
+    a prefix (R1) and a merge that ignores vectors (the whole-bucket fold) still sees each
+    tombstone above the older rows it ended."""
+    stretch: list[DataFile] = []
+    for file in (*resolved_files(part), None):
+        if file is not None and policy.is_small(file.size_bytes):
+            stretch.append(file)
+            continue
+        for group in bins_of(stretch, policy.target_file_size):
+            if len(group) >= policy.tier_min_files:
+                return tuple(group)
+        stretch = []
+    return ()
+
+
+def worn_resolved(part: PartitionScan, policy: CompactionPolicy) -> tuple[DataFile, ...]:
+    """Tier 2: the first resolved file at or above the small-file size whose vector marks more
+    than ``rewrite_deleted_ratio`` of its rows, alone; empty when none is. Small files are left
+    to tier 1, which drops their marked rows as well."""
+    for file in resolved_files(part):
+        if (
+            file.vector is not None
+            and file.row_count > 0
+            and not policy.is_small(file.size_bytes)
+            and file.vector.cardinality / file.row_count > policy.rewrite_deleted_ratio
+        ):
+            return (file,)
+    return ()
+
+
+def _tier_or_resolve(
+    meta: TableMeta, plan: ScanPlan, part: PartitionScan, policy: CompactionPolicy
+) -> CompactionTask | None:
+    """A bucket of a resolving table with no fold due: a tier's task, else a resolve, else none."""
+    stretch = tier_fold_inputs(part, policy) or worn_resolved(part, policy)
+    if stretch:
+        return _tier_task(meta, plan, part, policy, stretch)
+    resolve = resolve_inputs(part)
+    return _resolve_task(meta, plan, part, policy, resolve) if resolve else None
+
+
+def tier_drops_deletes(meta: TableMeta, part: PartitionScan, stretch: Sequence[DataFile]) -> bool:
+    """Whether a tier's output may leave its tombstones out: only when nothing is older than the
+    stretch (it starts the bucket) and the table has no sequence column. With one, a later
+    file of the bucket (resolved with its loser marked, or pending) may hold a stale replay of
+    lower sequence that only the tombstone keeps out of a merge; without one, every later
+    change of the key wins over the tombstone anyway."""
+    return meta.sequence_column is None and part.files[0].path == stretch[0].path
+
+
+def _tier_task(
+    meta: TableMeta,
+    plan: ScanPlan,
+    part: PartitionScan,
+    policy: CompactionPolicy,
+    stretch: tuple[DataFile, ...],
+) -> CompactionTask:
+    return CompactionTask(
+        table=str(meta.name),
+        table_id=meta.table_id,
+        partition_desc=part.partition_desc,
+        kind=CompactionKind.FOLD_RESOLVED,
+        base_version=plan.table_version,
+        inputs=stretch,
+        drop_deletes=tier_drops_deletes(meta, part, stretch),
         target_file_size=policy.target_file_size,
     )

@@ -24,6 +24,7 @@ MAX_READ_AMPLIFICATION = "compaction.max-read-amplification"
 ENABLED = "compaction.enabled"
 RESOLVE = "compaction.resolve"
 REWRITE_DELETED_RATIO = "compaction.rewrite-deleted-ratio"
+TIER_MIN_FILES = "compaction.tier-min-files"
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*$", re.IGNORECASE)
 _POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
@@ -68,6 +69,13 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _at_least_two(text: str) -> int:
+    value = int(text.strip())
+    if value < 2:
+        raise ValueError(text)
+    return value
+
+
 def _amplification(text: str) -> float:
     value = float(text.strip())
     if not value >= 1.0:  # also refuses NaN
@@ -100,6 +108,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "enabled": (ENABLED, _boolean, "true or false"),
     "resolve": (RESOLVE, _boolean, "true or false"),
     "rewrite_deleted_ratio": (REWRITE_DELETED_RATIO, _ratio, "a number in (0, 1]"),
+    "tier_min_files": (TIER_MIN_FILES, _at_least_two, "an integer >= 2"),
 }
 
 
@@ -124,10 +133,15 @@ class CompactionPolicy:
     """``compaction.enabled``: false leaves the table alone (the CLI too)."""
     resolve: bool = True
     """``compaction.resolve``: a CDC bucket with pending runs and no fold due is resolved
-    (kind ``resolve``: deletion vectors mark what the runs replace; no data rewritten)."""
+    (kind ``resolve``: deletion vectors mark what the runs replace; no data rewritten).
+    With it on, a bucket is folded whole only for what a reader pays: its pending runs."""
     rewrite_deleted_ratio: float = 0.2
-    """``compaction.rewrite-deleted-ratio``: an append file whose deletion vector marks more than
-    this fraction of its rows is rewritten without them, small or not (design D8, tier 2)."""
+    """``compaction.rewrite-deleted-ratio``: a file whose deletion vector marks more than this
+    fraction of its rows is rewritten without them (design D8, tier 2): an append file small or
+    not; a resolved CDC file at or above the small-file size (smaller ones are tier 1's)."""
+    tier_min_files: int = 4
+    """``compaction.tier-min-files``: a resolved CDC bucket folds this many consecutive small
+    resolved files into one (design D8, tier 1; kind ``fold-resolved``)."""
 
     @property
     def small_file_bytes(self) -> float:

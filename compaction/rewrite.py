@@ -67,6 +67,7 @@ from compaction.errors import CompactionError
 from compaction.planner import bins_of
 from compaction.resolve import Resolution, resolve_bucket
 from compaction.task import CompactionKind, CompactionOutcome, CompactionTask, OutcomeStatus
+from compaction.tiers import TierFold, fold_resolved
 
 log = get_logger("lakestream.compaction")
 
@@ -125,7 +126,11 @@ def compact(
     rows_out = sum(f.row_count for f in outputs)
     bytes_out = sum(f.size_bytes for f in outputs)
     figures: dict[str, int] = {}
-    if resolution is not None:  # a resolve writes vectors: its rows are the inputs' live rows
+    if isinstance(resolution, TierFold):  # its vector file is written too
+        bytes_out = resolution.bytes_written if outputs else 0
+        rows_out -= resolution.tombstones if outputs else 0
+        figures = {"rows_dropped": resolution.rows_dropped, "tombstones": resolution.tombstones}
+    elif resolution is not None:  # a resolve writes vectors: its rows are the inputs' live rows
         rows_out = task.input_rows - resolution.rows_marked
         bytes_out = resolution.bytes_written
         figures = {
@@ -154,7 +159,7 @@ def compact(
 
 def _run(
     catalog: Catalog, task: CompactionTask, options: WriteOptions, retry: RetryPolicy
-) -> tuple[_Landing, tuple[DataFile, ...], Resolution | None]:
+) -> tuple[_Landing, tuple[DataFile, ...], Resolution | TierFold | None]:
     earlier = _landed_before(catalog, task)
     if earlier is not None:
         return earlier, (), None
@@ -166,6 +171,8 @@ def _run(
         return _Landing(OutcomeStatus.REPLAN, None, missing), (), None
     if task.kind is CompactionKind.RESOLVE:
         return _run_resolve(table, task, options, retry)
+    if task.kind is CompactionKind.FOLD_RESOLVED:
+        return _run_tier(table, task, options, retry)
     outputs = _write(table.meta, task, options)
     landing = _land(table, task, outputs, retry)
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
@@ -191,6 +198,42 @@ def _run_resolve(
     if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
         return landing, rewritten, resolution
     return landing, (), resolution
+
+
+def _run_tier(
+    table: Table, task: CompactionTask, options: WriteOptions, retry: RetryPolicy
+) -> tuple[_Landing, tuple[DataFile, ...], TierFold]:
+    """Fold the task's stretch of resolved files into one and commit every entry of the bucket
+    again, the output in the stretch's place (:mod:`compaction.tiers`)."""
+    meta = table.meta
+    values, bucket = _partition_values(meta, task)
+    fold = fold_resolved(
+        meta,
+        task.inputs,
+        drop_deletes=task.drop_deletes,
+        partition=values,
+        bucket=bucket,
+        options=options,
+    )
+    if len(task.inputs) == 1 and fold.rows_dropped == 0:  # its marks were all tombstones kept
+        meta.files.discard(fold.written)
+        return _Landing(OutcomeStatus.REPLAN, None, "no row to drop"), (), fold
+    entries = _bucket_files(table, task)
+    first = [f.path for f in entries].index(task.inputs[0].path)
+    output = () if fold.output is None else (fold.output,)
+    kept = (*entries[:first], *output, *entries[first + len(task.inputs) :])
+    ops = [FileOp(action=FileAction.DELETE, file=f) for f in entries]
+    ops += [FileOp(action=FileAction.ADD, file=f) for f in kept]
+    landing = _land_ops(table, task, ops, fold.written, retry)
+    if landing.status in (OutcomeStatus.COMMITTED, OutcomeStatus.DISCARDED):
+        return landing, output, fold
+    return landing, (), fold
+
+
+def _bucket_files(table: Table, task: CompactionTask) -> tuple[DataFile, ...]:
+    """Every file of the task's bucket at its base version, in chain order."""
+    plan = table.plan(version=task.base_version, partitions=[task.partition_desc])
+    return tuple(f for part in plan.partitions for f in part.files)
 
 
 # ---------------------------------------------------------------------------- before writing
@@ -240,9 +283,31 @@ def _check_inputs(table: Table, task: CompactionTask) -> str:
     elif task.kind is CompactionKind.RESOLVE:
         if not table.meta.is_cdc or [f.path for f in task.inputs] != live:
             raise InvalidTaskError(task, "a resolve names every file of a CDC bucket, in order")
+    elif task.kind is CompactionKind.FOLD_RESOLVED:
+        _check_stretch(table, task, plan.partitions[0].files)
     elif table.meta.is_cdc:
         raise InvalidTaskError(task, "the runs of a CDC bucket are merged, never bin-packed")
     return ""
+
+
+def _check_stretch(table: Table, task: CompactionTask, files: Sequence[DataFile]) -> None:
+    """A tier's inputs are consecutive files of the bucket's resolved prefix (its output takes
+    their place, so the prefix stays one, R1); deletes may be dropped only as
+    :func:`compaction.planner.tier_drops_deletes` allows."""
+    meta = table.meta
+    if not meta.is_cdc:
+        raise InvalidTaskError(task, "a resolved-file fold needs a CDC table")
+    paths = [f.path for f in files]
+    first = paths.index(task.inputs[0].path)
+    stretch = files[first : first + len(task.inputs)]
+    if [f.path for f in stretch] != [f.path for f in task.inputs]:
+        raise InvalidTaskError(task, "a resolved-file fold takes consecutive files of its bucket")
+    if not all(f.resolved is True for f in files[: first + len(stretch)]):
+        raise InvalidTaskError(task, "a resolved-file fold takes files of the resolved prefix")
+    if task.drop_deletes and (first != 0 or meta.sequence_column is not None):
+        raise InvalidTaskError(
+            task, "tombstones are dropped only from the bucket's oldest files, without sequence"
+        )
 
 
 def _check_bucket_inputs(meta: TableMeta, task: CompactionTask, live: Sequence[str]) -> None:

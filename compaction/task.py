@@ -28,6 +28,13 @@ class CompactionKind(StrEnum):
     """CDC table: mark, with deletion vectors, the rows a bucket's pending runs replace, and flag
     the runs resolved; no data is rewritten (docs/design/deletion-vectors.md, D4). The inputs
     are every file of the bucket, in chain order."""
+    FOLD_RESOLVED = "fold-resolved"
+    """CDC table, tiers 1 and 2 of design D8: consecutive resolved files of one bucket (tier 1:
+    small ones; tier 2: one file whose vector marks too many rows) rewritten into one resolved
+    file, marked rows dropped and tombstones kept (marked by the output's own vector). The
+    inputs are that stretch; the commit names every file of the bucket, the output in the
+    stretch's place. A kind of its own, not a mode of the fold: its inputs, read and commit
+    all differ, and its bytes are told apart in the write-amplification figures."""
 
 
 class OutcomeStatus(StrEnum):
@@ -58,7 +65,9 @@ class CompactionTask:
     """In commit order (oldest run first) - the order merge-on-read applies them in."""
     drop_deletes: bool = False
     """CDC only: the inputs are every file of the bucket at ``base_version``, so no older run can
-    hold a key a delete must still hide, and deletes can be dropped from the output."""
+    hold a key a delete must still hide, and deletes can be dropped from the output. For
+    ``fold-resolved``: the stretch starts at the bucket's oldest file of a table without a
+    sequence column (nothing older to hide, and every later change wins over a delete)."""
     target_file_size: int = 128 * 1024 * 1024
     task_id: uuid.UUID | None = None
     """Set by the queue; gives the commit a stable idempotency key across re-claims."""

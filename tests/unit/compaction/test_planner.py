@@ -399,3 +399,103 @@ def test_planner_matches_the_model(case: Case):
         order = [f.path for f in case.partitions[task.partition_desc]]
         positions = [order.index(f.path) for f in task.inputs]
         assert positions == sorted(positions), "inputs keep commit order"
+
+
+# ------------------------------------------- resolved buckets: what a reader pays, and tiers
+
+
+def marked(f: DataFile, n: int) -> DataFile:
+    vector = VectorRef(cardinality=n, path="v.puffin", offset=0, length=8)
+    return f.model_copy(update={"resolved": True, "vector": vector})
+
+
+NO_RESOLVE = CompactionPolicy(target_file_size=100 * MB, resolve=False)
+SEQ = meta(cdc=True, properties={"sequence-column": "v"})
+
+
+def kinds(table: TableMeta, policy: CompactionPolicy, *files: DataFile) -> list:
+    tasks = plan_table(table, plan(table, partition("b", *files, cdc=True)), policy)
+    return [(t.kind, names(t.inputs), t.drop_deletes) for t in tasks]
+
+
+def test_resolved_files_do_not_count_as_sorted_runs():
+    # eight resolved files (big: no tier applies) and two pending runs
+    prefix = [resolved(file(f"r{i}", 80, rows=100, keys=(i * 100, i * 100 + 99))) for i in range(8)]
+    pending = [file("p0", rows=10, keys=(0, 9)), file("p1", rows=10, keys=(10, 19))]
+    [(kind, _, _)] = kinds(CDC, POLICY, *prefix, *pending)
+    assert kind is CompactionKind.RESOLVE
+    [(kind, inputs, _)] = kinds(CDC, NO_RESOLVE, *prefix, *pending)
+    assert kind is CompactionKind.MERGE_BUCKET and len(inputs) == 10  # today's rule, kept
+
+
+def test_pending_runs_reaching_max_sorted_runs_still_fold_the_bucket():
+    prefix = [resolved(file("base", 80, rows=1000, keys=(0, 999)))]
+    pending = [file(f"p{i}", rows=1, keys=(i, i)) for i in range(POLICY.max_sorted_runs)]
+    [(kind, inputs, drop)] = kinds(CDC, POLICY, *prefix, *pending)
+    assert kind is CompactionKind.MERGE_BUCKET and len(inputs) == 6 and drop
+
+
+def test_read_cost_counts_the_prefix_live_rows_as_one_base_plus_the_pending_runs():
+    # resolved files overlapping in key range: the estimate would take them for updates of
+    # each other (3.2x); a reader pays their live rows once, plus the pending run
+    prefix = [marked(file(f"r{i}", 80, rows=100, keys=(0, 999)), 10) for i in range(10)]
+    pending = [file("p", rows=450, keys=(0, 999))]
+    assert read_amplification(CDC, [*prefix, *pending]) > 3
+    assert [k for k, _, _ in kinds(CDC, NO_RESOLVE, *prefix, *pending)] == [
+        CompactionKind.MERGE_BUCKET
+    ]
+    # live: 10 x 90 rows; pending 450 -> 1350 / 900 = 1.5, not past the limit
+    [(kind, _, _)] = kinds(CDC, POLICY, *prefix, *pending)
+    assert kind is CompactionKind.RESOLVE
+    [(kind, _, _)] = kinds(CDC, POLICY, *prefix, file("p", rows=451, keys=(0, 999)))
+    assert kind is CompactionKind.MERGE_BUCKET
+
+
+def test_tier_one_folds_consecutive_small_resolved_files():
+    big = resolved(file("big", 80, rows=1000, keys=(0, 999)))
+    small = [resolved(file(f"s{i}", 5, keys=(i, i))) for i in range(4)]
+    assert kinds(CDC, POLICY, big, *small) == [
+        (CompactionKind.FOLD_RESOLVED, ["s0", "s1", "s2", "s3"], False)
+    ]
+    assert kinds(CDC, POLICY, big, *small[:3]) == []  # too few: nothing owed
+    broken = [*small[:2], resolved(file("mid", 80, keys=(50, 60))), *small[2:]]
+    assert kinds(CDC, POLICY, big, *broken) == []  # not consecutive
+    six = CompactionPolicy(target_file_size=100 * MB, tier_min_files=6)
+    assert kinds(CDC, six, big, *small) == []
+
+
+def test_tier_one_stretch_is_cut_into_bins_and_stays_in_the_prefix():
+    small = [resolved(file(f"s{i}", 60, keys=(i, i))) for i in range(8)]  # bins of 4 x 60 MB
+    assert kinds(CDC, POLICY, *small, file("p", keys=(0, 9))) == [
+        (CompactionKind.FOLD_RESOLVED, ["s0", "s1", "s2", "s3"], True)  # a tier before a resolve
+    ]
+    pending_small = [file(f"q{i}", 5, keys=(i, i)) for i in range(4)]
+    assert [k for k, _, _ in kinds(CDC, POLICY, *small[:1], *pending_small)] == [
+        CompactionKind.RESOLVE
+    ]
+
+
+def test_tombstones_are_dropped_only_from_the_oldest_files_without_a_sequence_column():
+    small = [resolved(file(f"s{i}", 5, keys=(i, i))) for i in range(4)]
+    assert kinds(CDC, POLICY, *small)[0][2] is True
+    assert kinds(SEQ, POLICY, *small)[0][2] is False
+    big = resolved(file("big", 80, keys=(0, 9)))
+    assert kinds(CDC, POLICY, big, *small)[0][2] is False
+
+
+def test_tier_two_rewrites_one_worn_resolved_file():
+    worn = marked(file("worn", 80, rows=100, keys=(0, 99)), 21)
+    fine = marked(file("fine", 80, rows=100, keys=(0, 99)), 20)
+    assert kinds(CDC, POLICY, fine, worn, file("p", keys=(0, 9))) == [
+        (CompactionKind.FOLD_RESOLVED, ["worn"], False)
+    ]
+    assert kinds(CDC, POLICY, fine) == []
+    tolerant = CompactionPolicy(target_file_size=100 * MB, rewrite_deleted_ratio=0.5)
+    assert kinds(CDC, tolerant, fine, worn) == []
+    small_worn = marked(file("sw", 5, rows=100, keys=(0, 99)), 90)
+    assert kinds(CDC, POLICY, fine, small_worn) == []  # tier 1's, once enough small files
+
+
+def test_tiers_wait_for_compaction_resolve():
+    small = [resolved(file(f"s{i}", 5, keys=(i * 10, i * 10))) for i in range(4)]
+    assert kinds(CDC, NO_RESOLVE, *small) == []

@@ -27,6 +27,7 @@ def test_every_property_is_read():
             "compaction.max-read-amplification": "2.5",
             "compaction.enabled": "FALSE",
             "compaction.rewrite-deleted-ratio": "0.5",
+            "compaction.tier-min-files": "6",
             "unrelated": "ignored",
         }
     )
@@ -39,6 +40,7 @@ def test_every_property_is_read():
         max_read_amplification=2.5,
         enabled=False,
         rewrite_deleted_ratio=0.5,
+        tier_min_files=6,
     )
 
 
@@ -80,6 +82,8 @@ def test_sizes_that_are_not_sizes(text):
         ("compaction.enabled", "yes"),
         ("compaction.rewrite-deleted-ratio", "0"),
         ("compaction.rewrite-deleted-ratio", "1.2"),
+        ("compaction.tier-min-files", "1"),
+        ("compaction.tier-min-files", "four"),
     ],
 )
 def test_a_bad_value_names_the_property_and_the_table(prop, value):
