@@ -1,5 +1,6 @@
 """The CDC model test with the resolver: upserts, deletes, sequence-column replays, partial
-rows, keys moving partition, CDC DML, resolves, folds and expiry interleaved; after every step
+rows, keys moving partition, CDC DML, resolves, tier folds (design D8 tiers 1 and 2: they
+change no row, so the model does not move), folds and expiry interleaved; after every step
 the resolved state holds (R1, R2, I1) and every retained version reads as a dict model says.
 
 Reads go through the merge path ignoring vectors (:func:`support.merged_rows`) and, where the
@@ -14,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from catalog import (
@@ -28,7 +29,7 @@ from catalog import (
 from catalog.writes import changes, stage_changes
 from compaction.policy import CompactionPolicy
 from compaction.rewrite import compact
-from compaction.task import OutcomeStatus
+from compaction.task import CompactionKind, OutcomeStatus
 from tests.fixtures.compaction import plan_tasks
 from tests.fixtures.resolved import assert_resolved_invariants
 from tests.integration.compaction.support import reads
@@ -36,6 +37,13 @@ from tests.integration.compaction.support import reads
 pytestmark = pytest.mark.integration
 names = itertools.count()
 RESOLVE_ONLY = CompactionPolicy(max_sorted_runs=100, max_read_amplification=100.0)
+#: every file small, two make a tier-1 stretch, and any marked row wears a large file out
+TIERS = CompactionPolicy(
+    target_file_size=1 << 20,
+    max_sorted_runs=100,
+    max_read_amplification=100.0,
+    tier_min_files=2,
+)
 MOVES = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.string())])
 SEQ = pa.schema([("id", pa.int64()), ("seq", pa.int64()), ("v", pa.string()), ("doc", pa.string())])
 
@@ -49,6 +57,7 @@ moves_step = st.one_of(
     st.tuples(st.just("dml"), ids),
     st.tuples(st.just("resolve")),
     st.tuples(st.just("resolve")),
+    st.tuples(st.just("tier")),
     st.tuples(st.just("fold")),
     st.tuples(st.just("expire")),
 )
@@ -59,9 +68,18 @@ seq_step = st.one_of(
     st.tuples(st.just("partial"), st.lists(st.tuples(ids, seqs), min_size=1, max_size=3)),
     st.tuples(st.just("resolve")),
     st.tuples(st.just("resolve")),
+    st.tuples(st.just("tier")),
     st.tuples(st.just("fold")),
     st.tuples(st.just("expire")),
 )
+
+
+def tier_folds(catalog: Catalog, table: Table) -> None:
+    """Every tier task owed (a bucket owing none may be owed a resolve: not run here)."""
+    for task in plan_tasks(table, TIERS, force=False):
+        if task.kind is CompactionKind.FOLD_RESOLVED:
+            outcome = compact(catalog, task)
+            assert outcome.status is OutcomeStatus.COMMITTED, outcome.detail
 
 
 def compact_kind(catalog: Catalog, table: Table, *, fold: bool) -> None:
@@ -113,6 +131,8 @@ def run_moves_step(catalog: Catalog, table: Table, model: dict[int, tuple], step
                 model[i] = (row[0], row[1], f"dml{step[1]}")
     elif kind == "expire":
         table.expire_versions(older_than=dt.timedelta(0), retain_last=3)
+    elif kind == "tier":
+        tier_folds(catalog, table)
     else:
         compact_kind(catalog, table, fold=kind == "fold")
 
@@ -124,6 +144,20 @@ def run_moves_step(catalog: Catalog, table: Table, model: dict[int, tuple], step
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(program=st.lists(moves_step, min_size=1, max_size=8))
+@example(  # tiers that fold the oldest files (tombstones dropped) and then later ones
+    program=[
+        ("delete", [3]),
+        ("upsert", [(1, "us"), (2, "eu")]),
+        ("resolve",),
+        ("tier",),
+        ("upsert", [(3, "eu"), (4, "us")]),
+        ("dml", 3),
+        ("delete", [2]),
+        ("resolve",),
+        ("tier",),
+        ("fold",),
+    ]
+)
 def test_keys_moving_partition_with_resolves_match_the_model(catalog: Catalog, program):
     table = catalog.create_table(
         f"model.m{next(names)}", MOVES, primary_key=["id"], hash_buckets=2, partition_by=["region"]
@@ -244,6 +278,8 @@ def run_seq_step(catalog: Catalog, table: Table, model: SeqModel, step: tuple) -
             model.add(key, Change(seq, True))
     elif kind == "expire":
         table.expire_versions(older_than=dt.timedelta(0), retain_last=3)
+    elif kind == "tier":
+        tier_folds(catalog, table)
     else:
         compact_kind(catalog, table, fold=kind == "fold")
         model.fold() if kind == "fold" else model.resolve()
@@ -256,6 +292,19 @@ def run_seq_step(catalog: Catalog, table: Table, model: SeqModel, step: tuple) -
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(program=st.lists(seq_step, min_size=1, max_size=8))
+@example(  # a tier keeps the tombstone that stops the replay after it
+    program=[
+        ("upsert", [(1, 3), (2, 3)]),
+        ("delete", [(1, 5)]),
+        ("partial", [(2, 4)]),
+        ("resolve",),
+        ("tier",),
+        ("upsert", [(1, 4), (3, 1)]),
+        ("resolve",),
+        ("tier",),
+        ("fold",),
+    ]
+)
 def test_replays_and_partial_rows_with_resolves_match_the_model(catalog: Catalog, program):
     table = catalog.create_table(
         f"model.s{next(names)}",

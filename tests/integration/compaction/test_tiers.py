@@ -1,0 +1,234 @@
+"""Tiers 1 and 2 of design D8 (kind ``fold-resolved``): a stretch of a CDC bucket's resolved
+files rewritten as one, marked rows dropped and tombstones kept; reads unchanged at every
+version, R1, R2 and I1 kept, and the conflict-matrix rows a tier adds provoked by real
+commits landing between a task's planning and its commit."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pyarrow as pa
+import pytest
+
+from catalog import Catalog, DataFile, Table
+from compaction.policy import CompactionPolicy
+from compaction.rewrite import compact
+from compaction.task import CompactionKind, CompactionTask, OutcomeStatus
+from tests.fixtures.compaction import leftover_paths, plan_tasks
+from tests.fixtures.resolved import assert_resolved_invariants
+from tests.integration.compaction.support import reads
+
+pytestmark = pytest.mark.integration
+ROWS = pa.schema([("id", pa.int64()), ("v", pa.string())])
+SEQ = pa.schema([("id", pa.int64()), ("seq", pa.int64()), ("v", pa.string())])
+#: no fold owed, every file small (1 MB target): a tier when due, else a resolve
+TIERS = CompactionPolicy(target_file_size=1 << 20, max_sorted_runs=100, max_read_amplification=100)
+RESOLVE_ONLY = replace(TIERS, tier_min_files=1000)
+
+
+def rows(ids, v: str) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"{v}{i}" for i in ids]})
+
+
+def seq_rows(pairs, v: str) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array([i for i, _ in pairs], pa.int64()),
+            "seq": pa.array([s for _, s in pairs], pa.int64()),
+            "v": [f"{v}{i}" for i, _ in pairs],
+        }
+    )
+
+
+def files(table: Table) -> tuple[DataFile, ...]:
+    [part] = table.refresh().plan().partitions
+    return part.files
+
+
+def every_read(table: Table) -> dict[int, list]:
+    return {v: reads(table, v) for v in range(table.current_version() + 1)}
+
+
+def resolve(catalog: Catalog, table: Table) -> None:
+    [task] = plan_tasks(table, RESOLVE_ONLY, force=False)
+    assert task.kind is CompactionKind.RESOLVE
+    assert compact(catalog, task).status is OutcomeStatus.COMMITTED
+
+
+def tier(table: Table, policy: CompactionPolicy = TIERS) -> CompactionTask:
+    [task] = plan_tasks(table, policy, force=False)
+    assert task.kind is CompactionKind.FOLD_RESOLVED
+    return task
+
+
+def orders(catalog: Catalog) -> Table:
+    """Four runs, resolved: updates, deletes and a key deleted then written again."""
+    table = catalog.create_table("shop.orders", ROWS, primary_key=["id"], hash_buckets=1)
+    table.upsert(rows(range(20), "a"))
+    table.upsert(rows(range(5, 10), "b"))
+    table.delete(pa.table({"id": pa.array([1, 6, 7], pa.int64())}))
+    table.upsert(rows([7, 30], "c"))
+    resolve(catalog, table)
+    return table
+
+
+def test_tier_one_folds_small_resolved_files_into_one_and_every_read_stays(catalog: Catalog):
+    table = orders(catalog)
+    before = every_read(table)
+    task = tier(table)
+    assert [f.path for f in task.inputs] == [f.path for f in files(table)]
+    assert task.drop_deletes  # the oldest files of a table without a sequence column
+
+    outcome = compact(catalog, task)
+
+    assert outcome.status is OutcomeStatus.COMMITTED
+    [output] = files(table)
+    assert output.resolved is True and output.vector is None  # no tombstone needed
+    assert output.row_count == len(before[max(before)]) == outcome.rows_out == 19
+    assert outcome.figures == {"rows_dropped": 20 + 5 + 3 + 2 - 19, "tombstones": 0}
+    assert outcome.bytes_out == output.size_bytes
+    assert_resolved_invariants(table)
+    for version, found in before.items():
+        assert reads(table, version) == found
+    assert table.changes(outcome.version, outcome.version).num_rows == 0
+
+
+def test_a_tombstone_kept_by_a_tier_fold_keeps_an_older_row_out_of_a_whole_bucket_fold(
+    catalog: Catalog,
+):
+    table = catalog.create_table("shop.orders", ROWS, primary_key=["id"], hash_buckets=1)
+    table.upsert(rows(range(2000), "a"))  # a large base: not part of the stretch
+    table.upsert(rows([1, 2], "b"))
+    table.delete(pa.table({"id": pa.array([3], pa.int64())}))
+    table.upsert(rows([4], "c"))
+    table.upsert(rows([5], "d"))
+    resolve(catalog, table)
+    base = files(table)[0]
+    policy = replace(TIERS, target_file_size=base.size_bytes)
+    task = tier(table, policy)
+    assert [f.path for f in task.inputs] == [f.path for f in files(table)[1:]]
+    assert not task.drop_deletes  # the base below still holds 3's (marked) row
+    expected = reads(table)
+
+    assert compact(catalog, task).status is OutcomeStatus.COMMITTED
+
+    kept, output = files(table)
+    assert kept.path == base.path and output.resolved is True
+    assert output.vector is not None and output.vector.cardinality == 1  # 3's tombstone
+    assert reads(table) == expected
+    assert_resolved_invariants(table)
+    [fold] = plan_tasks(table)  # forced: the whole bucket, merged ignoring vectors
+    assert fold.kind is CompactionKind.MERGE_BUCKET
+    assert compact(catalog, fold).status is OutcomeStatus.COMMITTED
+    assert reads(table) == expected and 3 not in {r[0] for r in expected}
+
+
+def test_a_tombstone_kept_by_a_tier_fold_stops_an_older_replay(catalog: Catalog):
+    table = catalog.create_table(
+        "shop.seq", SEQ, primary_key=["id"], hash_buckets=1, properties={"sequence-column": "seq"}
+    )
+    table.upsert(seq_rows([(1, 5), (2, 5), (3, 5)], "a"))
+    table.delete(pa.table({"id": pa.array([1], pa.int64()), "seq": pa.array([7], pa.int64())}))
+    table.upsert(seq_rows([(4, 1)], "b"))
+    table.upsert(seq_rows([(2, 9)], "c"))
+    resolve(catalog, table)
+    task = tier(table)
+    assert not task.drop_deletes  # a sequence column: a later replay may need the tombstone
+    assert compact(catalog, task).status is OutcomeStatus.COMMITTED
+    [output] = files(table)
+    assert output.vector is not None and output.vector.cardinality == 1
+
+    table.upsert(seq_rows([(1, 6), (3, 4)], "stale"))  # replays below the delete and the row
+
+    expected = [(2, 9, "c2"), (3, 5, "a3"), (4, 1, "b4")]
+    assert reads(table) == expected
+    resolve(catalog, table)
+    assert_resolved_invariants(table)
+    assert reads(table) == expected
+    plain = sorted(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+    assert plain == expected  # all resolved: the plain reader agrees
+
+
+def test_tier_two_rewrites_a_worn_file_alone_in_its_place(catalog: Catalog):
+    table = catalog.create_table("shop.orders", ROWS, primary_key=["id"], hash_buckets=1)
+    table.upsert(rows(range(200), "a"))
+    table.upsert(rows(range(100), "b"))  # half of the base superseded
+    resolve(catalog, table)
+    base, run = files(table)
+    assert base.vector is not None and base.vector.cardinality == 100
+    table.upsert(rows([500], "c"))  # pending: it stays where it is
+    expected = reads(table)
+    task = tier(table, replace(TIERS, target_file_size=base.size_bytes))
+    assert [f.path for f in task.inputs] == [base.path]
+
+    outcome = compact(catalog, task)
+
+    assert outcome.status is OutcomeStatus.COMMITTED
+    output, kept, pending = files(table)
+    assert (output.row_count, output.vector, output.resolved) == (100, None, True)
+    assert kept == run and pending.resolved is not True
+    assert reads(table) == expected
+    assert_resolved_invariants(table)
+
+
+# --------------------------------------------------------------------- D5: racing commits
+
+
+def test_tier_fold_after_resolver_is_discarded(catalog: Catalog):
+    table = orders(catalog)
+    table.upsert(rows([2, 40], "late"))  # pending
+    task = tier(table)
+    [resolver] = plan_tasks(table, RESOLVE_ONLY, force=False)
+    expected = reads(table)
+    assert compact(catalog, resolver).status is OutcomeStatus.COMMITTED
+
+    outcome = compact(catalog, task)
+
+    assert outcome.status is OutcomeStatus.DISCARDED
+    [output] = outcome.outputs
+    assert output.path in leftover_paths(catalog)
+    assert reads(table) == expected
+    assert_resolved_invariants(table)
+
+
+def test_resolver_after_tier_fold_is_discarded(catalog: Catalog):
+    table = orders(catalog)
+    table.upsert(rows([2, 40], "late"))
+    task = tier(table)
+    [resolver] = plan_tasks(table, RESOLVE_ONLY, force=False)
+    expected = reads(table)
+    assert compact(catalog, task).status is OutcomeStatus.COMMITTED
+
+    outcome = compact(catalog, resolver)
+
+    assert outcome.status in (OutcomeStatus.DISCARDED, OutcomeStatus.REPLAN)
+    assert reads(table) == expected
+    assert_resolved_invariants(table)
+
+
+def test_a_merge_landing_after_a_tier_base_is_reordered_behind_it(catalog: Catalog):
+    table = orders(catalog)
+    task = tier(table)
+    table.upsert(rows([2, 3, 50], "late"))  # lands after the task's base
+    expected = reads(table)
+
+    assert compact(catalog, task).status is OutcomeStatus.COMMITTED
+
+    output, run = files(table)
+    assert output.resolved is True and run.resolved is not True  # R1: the run stays pending
+    assert reads(table) == expected
+    assert_resolved_invariants(table)
+    resolve(catalog, table)
+    assert reads(table) == expected
+    assert_resolved_invariants(table)
+
+
+def test_a_rerun_of_a_landed_tier_task_is_already_done(catalog: Catalog):
+    table = orders(catalog)
+    task = replace(tier(table), task_id=uuid.uuid4())
+    first = compact(catalog, task)
+    assert first.status is OutcomeStatus.COMMITTED
+    again = compact(catalog, task)
+    assert (again.status, again.version) == (OutcomeStatus.ALREADY_DONE, first.version)
