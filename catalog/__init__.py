@@ -113,7 +113,7 @@ from catalog.scan import Scan, ScanFilter, partition_filter
 from catalog.schemas import from_base64 as schema_from_base64
 from catalog.schemas import to_base64 as schema_to_base64
 from catalog.store import PgStore, StoreSettings, check_schema_name
-from catalog.table import Table, VersionInfo
+from catalog.table import OpBytes, Table, VersionInfo
 from catalog.transaction import Transaction
 from catalog.writes import changes as conform_changes
 from catalog.writes import stage_append, stage_changes
@@ -215,6 +215,7 @@ __all__ = [
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",
     "VersionInfo",
+    "OpBytes",
     "VersionNotFoundError",
     "WatermarkRegressed",
     "WriterProgress",

@@ -42,6 +42,7 @@ and we try again.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import uuid
@@ -661,6 +662,7 @@ class _Publication:
             "rows_added": sum(f.row_count for f in added),
             "rows_removed": sum(f.row_count for f in removed),
             "bytes_added": sum(f.size_bytes for f in added),
+            "bytes_written": sum(_bytes_written(p.commit) for p in landing),
             "base_version": tc.base_version,
         }
         watermark = self.request.source_watermark
@@ -691,6 +693,22 @@ def _outputs(commit: PartitionCommit) -> list[str]:
     reset op that names live files again, with new vectors, did not write them)."""
     named = {x for f in commit.deleted for x in f.paths}
     return [x for f in commit.added for x in f.paths if x not in named]
+
+
+def _bytes_written(commit: PartitionCommit) -> int:
+    """Bytes the commit's writer wrote: the data files it adds and does not name as deleted,
+    and each vector it adds that the entry did not carry before (its blob: inline bytes, or
+    its range of a vector file). ``bytes_added`` counts a file named again (a resolve's
+    entries) at its full size; this is the numerator of write amplification (design D8)."""
+    before = {f.path: f.vector for f in commit.deleted}
+    written = 0
+    for file in commit.added:
+        if file.path not in before:
+            written += file.size_bytes
+        vector = file.vector
+        if vector is not None and vector != before.get(file.path):
+            written += vector.length or len(base64.b64decode(vector.inline or ""))
+    return written
 
 
 def _published_result(cursor: psycopg.Cursor[DictRow]) -> CommitResult:

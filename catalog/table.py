@@ -47,6 +47,7 @@ from catalog.retry import REBASE_RETRY, RetryPolicy, lost_to_concurrent_write
 from catalog.scan import FilterSpec, Scan, ScanFilter, partition_filter
 from catalog.schema_changes import plan_schema_change
 from catalog.table_store import (
+    bytes_by_op,
     change_schema,
     head_version,
     history_rows,
@@ -108,6 +109,17 @@ class VersionInfo:
         """Transactions this version published incomplete (``on_timeout: publish``)."""
         mark = self.summary.get("source_watermark") or {}
         return tuple(mark.get("exceptions", ()))
+
+
+@dataclass(frozen=True)
+class OpBytes:
+    """What one kind of commit added and wrote over a window of a table's versions."""
+
+    versions: int
+    bytes_added: int
+    """The files its versions name as added, at full size (a file named again counts)."""
+    bytes_written: int
+    """What its writers wrote: new data files and new vectors (``summary.bytes_written``)."""
 
 
 class Table:
@@ -197,6 +209,23 @@ class Table:
             keep=None if keep is None else lambda h: keep(spec.parse(h.partition_desc)[0]),
         )
         return plan_scan(self.meta, table_version, snapshots)
+
+    def bytes_by_op(self, window: dt.timedelta = dt.timedelta(hours=1)) -> dict[CommitOp, OpBytes]:
+        """Bytes added and written per commit op over the versions committed within ``window``
+        of the newest one: the figures of write amplification (``compaction.amplification``).
+
+        Raises:
+            CatalogUnavailableError: the catalog database could not be reached.
+        """
+        rows = bytes_by_op(self.catalog.store, self.meta.table_id, window)
+        return {
+            CommitOp(r["commit_op"]): OpBytes(
+                versions=r["versions"],
+                bytes_added=r["bytes_added"],
+                bytes_written=r["bytes_written"],
+            )
+            for r in rows
+        }
 
     def history(self, limit: int = 100, after: int = 0) -> list[VersionInfo]:
         """Versions newest first: op, time, writer and batch, files and rows.

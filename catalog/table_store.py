@@ -84,6 +84,11 @@ def iceberg_state(store: PgStore, table_id: uuid.UUID) -> Row | None:
     )
 
 
+def bytes_by_op(store: PgStore, table_id: uuid.UUID, window: dt.timedelta) -> list[Row]:
+    """Per commit op: versions, bytes added and bytes written within ``window`` of the newest."""
+    return store.fetch_all(query("table_bytes_by_op"), {"table_id": table_id, "window": window})
+
+
 def history_rows(store: PgStore, table_id: uuid.UUID, *, limit: int, after: int) -> list[Row]:
     """The table's versions above ``after``, newest first, at most ``limit`` of them."""
     return store.fetch_all(

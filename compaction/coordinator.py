@@ -39,6 +39,7 @@ from catalog import (
     TableNotFoundError,
 )
 from catalog.logs import get_logger
+from compaction.amplification import WriteAmplification, write_amplification
 from compaction.backlog import Backlog, backlog, waiting_partitions
 from compaction.errors import CompactionError
 from compaction.planner import plan_table
@@ -71,6 +72,8 @@ class TableState:
     backlog: Backlog
     idle: dict[str, int] = field(default_factory=dict)
     """Waiting append partitions -> rounds waited."""
+    amplification: WriteAmplification | None = None
+    """Write amplification over the last hour of versions, read when the head moved."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,9 @@ class Coordinator:
             policy=policy,
             backlog=backlog(table.meta, plan, policy),
             idle={pd: idle.get(pd, 0) + 1 for pd in waiting},
+            amplification=self.guard.call(
+                "write_amplification", lambda: write_amplification(table)
+            ),
         )
         return tasks
 

@@ -75,6 +75,13 @@ class ServiceMetrics:
             ["table", "kind"],
             registry=r,
         )
+        self.write_amplification = Gauge(
+            "lakestream_write_amplification",
+            "Bytes compaction wrote / bytes append and merge commits added, over the versions of "
+            "the last hour before a table's newest (design D8); absent until something is ingested",
+            ["table"],
+            registry=r,
+        )
         self.rows = Counter(
             "lakestream_compactor_rows",
             "Rows read and written by finished tasks",
@@ -156,6 +163,13 @@ class ServiceMetrics:
             self.small_files.labels(table).set(found.small_files)
             if cdc:
                 self.max_runs.labels(table).set(found.max_runs_per_bucket)
+
+    def observe_amplification(self, ratios: Mapping[str, float | None]) -> None:
+        """Per served table: its write amplification (None: nothing ingested in the window)."""
+        self.write_amplification.clear()
+        for table, ratio in ratios.items():
+            if ratio is not None:
+                self.write_amplification.labels(table).set(ratio)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

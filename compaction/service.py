@@ -76,6 +76,12 @@ class CoordinatorLoop:
             self.metrics.observe_backlog(
                 {s.head.name: (s.backlog, s.meta.is_cdc) for s in self.coordinator.tables.values()}
             )
+            self.metrics.observe_amplification(
+                {
+                    s.head.name: s.amplification.ratio if s.amplification else None
+                    for s in self.coordinator.tables.values()
+                }
+            )
             self.metrics.tasks_queued.inc(report.tasks_queued)
             self.metrics.rounds.inc()
         except CatalogOutageError:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from catalog import Catalog, CatalogError
+from compaction.amplification import WriteAmplification, write_amplification
 from compaction.backlog import backlog
 from compaction.coordinator import matches
 from compaction.errors import CompactionError
@@ -35,10 +36,16 @@ class TableStatus:
     """Why the figures are missing (e.g. a compaction property with a bad value)."""
     maintenance: ScheduleStatus | None = None
     """The table's maintenance schedule and last run (None: the service has not served it)."""
+    amplification: WriteAmplification | None = None
+    """Compaction bytes written and ingested bytes over the last hour of versions (D8)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["maintenance"] = self.maintenance.to_json() if self.maintenance else None
+        amp = self.amplification
+        out["amplification"] = None
+        if amp is not None:
+            out["amplification"] = {**asdict(amp), "ratio": amp.ratio}
         out["running"] = [
             {
                 "task_id": str(t.task_id),
@@ -98,6 +105,7 @@ def collect_status(
             table = catalog.load_table(head.name)
             policy = CompactionPolicy.from_properties(table.meta.properties, table=head.name)
             owed = backlog(table.meta, table.plan(version=head.version), policy)
+            amplification = write_amplification(table)
         except (CatalogError, CompactionError) as exc:
             found.append(TableStatus(kind="?", error=str(exc), **common))
             continue
@@ -107,6 +115,7 @@ def collect_status(
                 files=owed.files,
                 small_files=owed.small_files,
                 max_runs_per_bucket=owed.max_runs_per_bucket,
+                amplification=amplification,
                 **common,
             )
         )

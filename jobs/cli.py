@@ -687,7 +687,8 @@ def compactor_status(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Per table: small-file backlog, max runs per bucket, queue, running tasks, last results."""
+    """Per table: small-file backlog, max runs per bucket, queue, running tasks, last results,
+    write amplification."""
     from compaction.queue import TaskQueue
     from compaction.status import collect_status
 
@@ -711,6 +712,13 @@ def compactor_status(
         )
         if s.error:
             typer.echo(f"    error: {s.error}")
+        if s.amplification is not None and s.amplification.ratio is not None:
+            amp = s.amplification
+            typer.echo(
+                f"    write amplification {amp.ratio:.2f}x over the last hour of versions "
+                f"({amp.compaction_bytes_written:,} bytes compacted / "
+                f"{amp.ingest_bytes_added:,} ingested)"
+            )
         if s.maintenance is not None:
             typer.echo(f"    maintenance: {_maintenance_line(s.maintenance)}")
         for t in s.running:

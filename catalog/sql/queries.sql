@@ -208,3 +208,17 @@ SELECT t.table_id, t.namespace, t.name, h.version
 FROM table_info t JOIN table_head h USING (table_id)
 WHERE t.dropped_at IS NULL
 ORDER BY t.namespace, t.name
+
+-- name: table_bytes_by_op
+-- Per commit op, the versions of a table committed within %(window)s of its newest one and the
+-- bytes they added and wrote (versions from before summary.bytes_written count bytes_added).
+-- The window ends at the newest version, not at now(): a quiet table keeps its figures.
+SELECT v.commit_op, count(*) AS versions,
+       coalesce(sum((v.summary ->> 'bytes_added')::bigint), 0)::bigint AS bytes_added,
+       coalesce(sum(coalesce((v.summary ->> 'bytes_written')::bigint,
+                             (v.summary ->> 'bytes_added')::bigint)), 0)::bigint AS bytes_written
+FROM table_version v
+WHERE v.table_id = %(table_id)s
+  AND v.committed_at >= (SELECT max(committed_at) FROM table_version
+                         WHERE table_id = %(table_id)s) - %(window)s
+GROUP BY v.commit_op

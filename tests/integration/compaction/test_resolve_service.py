@@ -124,8 +124,9 @@ def test_the_compactor_resolves_buckets_beside_a_writer(
         thread.join(timeout=60)
         worker_catalog.close()
     assert pending(catalog, "shop.orders") == 0, "every bucket ends resolved"
-    results = queue.recent_results()
-    assert {r.kind for r in results} == {"resolve"} and len(results) >= 2
+    results = queue.recent_results(per_table=1000)
+    kinds = [r.kind for r in results]  # tier folds of the small resolved files too (D8)
+    assert set(kinds) <= {"resolve", "fold-resolved"} and kinds.count("resolve") >= 2
     assert {r.outcome for r in queue.recent_results()} <= {"committed", "discarded", "replan"}
     orders.refresh()
     for version in range(orders.current_version() + 1):
