@@ -63,6 +63,7 @@ def wait_for(check, timeout: float = 120.0):
 def test_once_compacts_and_status_reports_it(catalog: Catalog, catalog_dsn, warehouse):
     orders = runs_table(catalog)
     expected = rows_at(orders)
+    ingested = sum(f.size_bytes for f in orders.plan().files)
     before = json.loads(
         lakestream("compactor", "status", "--json", dsn=catalog_dsn, warehouse=warehouse).stdout
     )
@@ -81,8 +82,15 @@ def test_once_compacts_and_status_reports_it(catalog: Catalog, catalog_dsn, ware
     assert (table["max_runs_per_bucket"], table["small_files"], table["running"]) == (1, 0, [])
     assert sorted(r["outcome"] for r in table["last_results"]) == ["committed", "committed"]
     assert sum(r["rows_out"] for r in table["last_results"]) == len(expected)
+    written = sum(r["bytes_out"] for r in table["last_results"])  # the folds' outputs
+    assert table["amplification"] == {
+        "compaction_bytes_written": written,
+        "ingest_bytes_added": ingested,
+        "ratio": written / ingested,
+    }
     text = lakestream("compactor", "status", dsn=catalog_dsn, warehouse=warehouse)
     assert text.returncode == 0 and "shop.orders" in text.stdout and "committed" in text.stdout
+    assert f"write amplification {written / ingested:.2f}x" in text.stdout
 
 
 def test_once_with_a_worker_pool(catalog: Catalog, catalog_dsn, warehouse):

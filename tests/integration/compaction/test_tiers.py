@@ -5,13 +5,16 @@ commits landing between a task's planning and its commit."""
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import uuid
 from dataclasses import replace
 
 import pyarrow as pa
 import pytest
 
-from catalog import Catalog, DataFile, Table
+from catalog import Catalog, CommitOp, DataFile, Table
+from compaction.amplification import write_amplification
 from compaction.policy import CompactionPolicy
 from compaction.rewrite import compact
 from compaction.task import CompactionKind, CompactionTask, OutcomeStatus
@@ -232,3 +235,41 @@ def test_a_rerun_of_a_landed_tier_task_is_already_done(catalog: Catalog):
     assert first.status is OutcomeStatus.COMMITTED
     again = compact(catalog, task)
     assert (again.status, again.version) == (OutcomeStatus.ALREADY_DONE, first.version)
+
+
+# ------------------------------------------------------------------- write amplification
+
+
+def vector_bytes(entry: DataFile) -> int:
+    vector = entry.vector
+    assert vector is not None and vector.inline is not None  # small: inline
+    return len(base64.b64decode(vector.inline))
+
+
+def test_write_amplification_from_a_known_history(catalog: Catalog):
+    table = catalog.create_table("shop.orders", ROWS, primary_key=["id"], hash_buckets=1)
+    table.upsert(rows(range(20), "a"))
+    table.upsert(rows(range(5, 10), "b"))
+    table.delete(pa.table({"id": pa.array([1, 6], pa.int64())}))
+    table.upsert(rows([30], "c"))
+    ingested = sum(f.size_bytes for f in files(table))
+    [resolve_task] = plan_tasks(table, RESOLVE_ONLY, force=False)
+    resolved = compact(catalog, resolve_task)
+    marked = [f for f in files(table) if f.vector is not None]
+    resolve_bytes = sum(vector_bytes(f) for f in marked)
+    tiered = compact(catalog, tier(table, replace(TIERS, rewrite_deleted_ratio=1.0)))
+    [output] = files(table)
+    assert output.vector is None  # the oldest files: tombstones dropped
+
+    history = {v.version: v.summary for v in table.history()}
+    resolve_summary, tier_summary = history[resolved.version], history[tiered.version]
+    assert resolve_summary["bytes_written"] == resolve_bytes == resolved.bytes_out
+    assert resolve_summary["bytes_added"] == ingested  # every entry named again, full size
+    assert tier_summary["bytes_written"] == output.size_bytes == tiered.bytes_out
+    found = write_amplification(table)
+    assert found.ingest_bytes_added == ingested
+    assert found.compaction_bytes_written == resolve_bytes + output.size_bytes
+    assert found.ratio == pytest.approx((resolve_bytes + output.size_bytes) / ingested)
+    by_op = table.bytes_by_op()
+    assert by_op[CommitOp.MERGE].versions == 4 and by_op[CommitOp.COMPACTION].versions == 2
+    assert table.bytes_by_op(dt.timedelta(0))[CommitOp.COMPACTION].versions == 1  # the newest

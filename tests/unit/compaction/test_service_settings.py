@@ -8,7 +8,15 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from catalog import CatalogUnavailableError, OutageGuard, OutagePolicy, UnavailableKind
+from catalog import (
+    CatalogUnavailableError,
+    CommitOp,
+    OpBytes,
+    OutageGuard,
+    OutagePolicy,
+    UnavailableKind,
+)
+from compaction.amplification import WriteAmplification
 from compaction.coordinator import matches
 from compaction.metrics import ServiceMetrics
 from compaction.queue import TaskResult
@@ -92,6 +100,31 @@ def test_bytes_written_are_counted_per_table_and_kind():
             in text
         )
     assert 'lakestream_compactor_task_duration_seconds_count{kind="resolve"} 2.0' in text
+
+
+def test_write_amplification_is_a_gauge_per_table_absent_without_ingest():
+    metrics = ServiceMetrics()
+    metrics.observe_amplification({"shop.orders": 2.5, "shop.quiet": None})
+    text = metrics.exposition().decode()
+    assert 'lakestream_write_amplification{table="shop.orders"} 2.5' in text
+    assert 'table="shop.quiet"' not in text
+    metrics.observe_amplification({"shop.quiet": 1.0})  # a table no longer served goes away
+    text = metrics.exposition().decode()
+    assert 'table="shop.orders"' not in text
+    assert 'lakestream_write_amplification{table="shop.quiet"} 1.0' in text
+
+
+def test_write_amplification_divides_compaction_writes_by_ingest_adds():
+    by_op = {
+        CommitOp.APPEND: OpBytes(versions=2, bytes_added=300, bytes_written=300),
+        CommitOp.MERGE: OpBytes(versions=3, bytes_added=700, bytes_written=700),
+        CommitOp.COMPACTION: OpBytes(versions=4, bytes_added=9000, bytes_written=2500),
+        CommitOp.UPDATE: OpBytes(versions=1, bytes_added=50, bytes_written=50),
+    }
+    found = WriteAmplification.of(by_op)
+    assert (found.compaction_bytes_written, found.ingest_bytes_added) == (2500, 1000)
+    assert found.ratio == 2.5
+    assert WriteAmplification.of({CommitOp.COMPACTION: by_op[CommitOp.COMPACTION]}).ratio is None
 
 
 def test_the_outage_budget_comes_from_the_environment(monkeypatch):
