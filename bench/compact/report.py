@@ -7,6 +7,7 @@ import statistics
 from bench.common import median_ms, percentile_ms
 from bench.compact.steady import (
     GOAL_RATIO,
+    GOAL_WRITE_AMPLIFICATION,
     TREND_TOLERANCE,
     SteadyResult,
     lag_commits,
@@ -31,6 +32,7 @@ def render_steady(result: SteadyResult) -> list[str]:
         *checkpoint_table(result),
         "",
         *goal_lines(result),
+        *amplification_lines(result),
         "",
         *phase_lines(result),
         "",
@@ -72,6 +74,19 @@ def goal_lines(result: SteadyResult) -> list[str]:
         f"- trend: first-third median {first:.2f}x, last-third median {last:.2f}x, "
         f"least-squares slope {slope:+.3f}x per 1,000 commits; goal no upward trend "
         f"(last third <= first third + {TREND_TOLERANCE}): **{flat}**",
+    ]
+
+
+def amplification_lines(result: SteadyResult) -> list[str]:
+    amp = result.amplification
+    if amp is None or amp.ratio is None:
+        return ["- write amplification: not measured"]
+    met = "met" if amp.ratio <= GOAL_WRITE_AMPLIFICATION else "MISSED"
+    return [
+        f"- **write amplification {amp.ratio:.2f}x** (bytes compaction wrote "
+        f"{amp.compaction_bytes_written:,} / bytes the upserts added "
+        f"{amp.ingest_bytes_added:,}, every version of the run, from the catalog's version "
+        f"summaries); goal <= {GOAL_WRITE_AMPLIFICATION:g}x: **{met}**"
     ]
 
 

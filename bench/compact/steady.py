@@ -18,6 +18,7 @@ the same rows. The service keeps running meanwhile: the pause is not counted as 
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import statistics
 import time
@@ -44,6 +45,7 @@ from bench.compact.lag import Compaction, Lag, Upsert, compactions, lags
 from bench.read.compact import compact
 from bench.read.phases import merged_phases as read_phases
 from catalog import Catalog, CommitOp, Table
+from compaction.amplification import WriteAmplification, write_amplification
 
 #: Goals: merge-on-read of the latest version at most this many times the compacted read...
 GOAL_RATIO = 1.2
@@ -54,6 +56,10 @@ TABLE = "steady.orders"
 READY_TABLE = "steady.ready"
 #: Seconds the service may take to spawn, connect and land its first compaction.
 READY_TIMEOUT_S = 120.0
+#: Write amplification is reported over every version of the run.
+RUN_WINDOW = dt.timedelta(days=365)
+#: Issue 49's goal for it.
+GOAL_WRITE_AMPLIFICATION = 10.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,8 @@ class SteadyResult:
     usage: CompactorUsage | None = None
     final_rows_ok: bool = False
     checks: list[str] = field(default_factory=list)
+    amplification: WriteAmplification | None = None
+    """Over the whole run: bytes compaction wrote / bytes the upserts added (design D8)."""
 
 
 def run_steady(server: BenchServer, work: Path, args: SteadyArgs) -> SteadyResult:
@@ -131,6 +139,7 @@ def run_steady(server: BenchServer, work: Path, args: SteadyArgs) -> SteadyResul
     finally:
         result.usage = service.stop()
     result.compactions = compactions(table)
+    result.amplification = write_amplification(table, RUN_WINDOW)
     result.lags = lags(upserts, result.compactions)
     final = table.scan().to_arrow()
     wanted = expected_final(batches)

@@ -43,4 +43,6 @@ def test_steady_scenario_completes_beside_the_service(tmp_path: Path) -> None:
     assert [c.equal for c in result.checkpoints] == [True, True]
     assert result.usage is not None and result.usage.exit_code == 0
     assert len(result.lags) == args.commits
-    assert render_steady(result)
+    amp = result.amplification
+    assert amp is not None and amp.ingest_bytes_added > 0 and amp.compaction_bytes_written > 0
+    assert any("write amplification" in line for line in render_steady(result))
