@@ -46,7 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog import DataFile, PartitionScan, ScanPlan, TableMeta
+from catalog import ROW_KIND_COLUMN, ROW_KIND_DELETE, DataFile, PartitionScan, ScanPlan, TableMeta
 from catalog.files import decode_stat
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionKind, CompactionTask
@@ -363,26 +363,42 @@ def tier_fold_inputs(part: PartitionScan, policy: CompactionPolicy) -> tuple[Dat
     return ()
 
 
-def worn_resolved(part: PartitionScan, policy: CompactionPolicy) -> tuple[DataFile, ...]:
+def worn_resolved(
+    meta: TableMeta, part: PartitionScan, policy: CompactionPolicy
+) -> tuple[DataFile, ...]:
     """Tier 2: the first resolved file at or above the small-file size whose vector marks more
     than ``rewrite_deleted_ratio`` of its rows, alone; empty when none is. Small files are left
-    to tier 1, which drops their marked rows as well."""
+    to tier 1, which drops their marked rows as well. A file of tombstones only (a tier's
+    output, by its row-kind statistics) is left alone unless they may be dropped: a rewrite
+    would keep every row of it."""
     for file in resolved_files(part):
         if (
             file.vector is not None
             and file.row_count > 0
             and not policy.is_small(file.size_bytes)
             and file.vector.cardinality / file.row_count > policy.rewrite_deleted_ratio
+            and not (only_deletes(file) and not tier_drops_deletes(meta, part, (file,)))
         ):
             return (file,)
     return ()
+
+
+def only_deletes(file: DataFile) -> bool:
+    """Whether the file's row-kind statistics say every row of it is a delete."""
+    stats = file.stats.get(ROW_KIND_COLUMN)
+    if stats is None or stats.min is None:
+        return False
+    try:
+        return bool(decode_stat(stats.min, pa.int8()).as_py() == ROW_KIND_DELETE)
+    except (TypeError, ValueError, pa.ArrowException):
+        return False
 
 
 def _tier_or_resolve(
     meta: TableMeta, plan: ScanPlan, part: PartitionScan, policy: CompactionPolicy
 ) -> CompactionTask | None:
     """A bucket of a resolving table with no fold due: a tier's task, else a resolve, else none."""
-    stretch = tier_fold_inputs(part, policy) or worn_resolved(part, policy)
+    stretch = tier_fold_inputs(part, policy) or worn_resolved(meta, part, policy)
     if stretch:
         return _tier_task(meta, plan, part, policy, stretch)
     resolve = resolve_inputs(part)

@@ -128,7 +128,7 @@ def compact(
     figures: dict[str, int] = {}
     if isinstance(resolution, TierFold):  # its vector file is written too
         bytes_out = resolution.bytes_written if outputs else 0
-        rows_out -= resolution.tombstones if outputs else 0
+        rows_out = sum(f.row_count - (f.vector.cardinality if f.vector else 0) for f in outputs)
         figures = {"rows_dropped": resolution.rows_dropped, "tombstones": resolution.tombstones}
     elif resolution is not None:  # a resolve writes vectors: its rows are the inputs' live rows
         rows_out = task.input_rows - resolution.rows_marked
@@ -215,12 +215,9 @@ def _run_tier(
         bucket=bucket,
         options=options,
     )
-    if len(task.inputs) == 1 and fold.rows_dropped == 0:  # its marks were all tombstones kept
-        meta.files.discard(fold.written)
-        return _Landing(OutcomeStatus.REPLAN, None, "no row to drop"), (), fold
     entries = _bucket_files(table, task)
     first = [f.path for f in entries].index(task.inputs[0].path)
-    output = () if fold.output is None else (fold.output,)
+    output = fold.outputs
     kept = (*entries[:first], *output, *entries[first + len(task.inputs) :])
     ops = [FileOp(action=FileAction.DELETE, file=f) for f in entries]
     ops += [FileOp(action=FileAction.ADD, file=f) for f in kept]

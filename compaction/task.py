@@ -30,8 +30,8 @@ class CompactionKind(StrEnum):
     are every file of the bucket, in chain order."""
     FOLD_RESOLVED = "fold-resolved"
     """CDC table, tiers 1 and 2 of design D8: consecutive resolved files of one bucket (tier 1:
-    small ones; tier 2: one file whose vector marks too many rows) rewritten into one resolved
-    file, marked rows dropped and tombstones kept (marked by the output's own vector). The
+    small ones; tier 2: one file whose vector marks too many rows) rewritten as resolved files,
+    marked rows dropped: one of live rows, one of tombstones (marked by its own vector). The
     inputs are that stretch; the commit names every file of the bucket, the output in the
     stretch's place. A kind of its own, not a mode of the fold: its inputs, read and commit
     all differ, and its bytes are told apart in the write-amplification figures."""

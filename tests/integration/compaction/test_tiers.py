@@ -15,6 +15,7 @@ import pytest
 
 from catalog import Catalog, CommitOp, DataFile, Table
 from compaction.amplification import write_amplification
+from compaction.planner import only_deletes
 from compaction.policy import CompactionPolicy
 from compaction.rewrite import compact
 from compaction.task import CompactionKind, CompactionTask, OutcomeStatus
@@ -117,9 +118,11 @@ def test_a_tombstone_kept_by_a_tier_fold_keeps_an_older_row_out_of_a_whole_bucke
 
     assert compact(catalog, task).status is OutcomeStatus.COMMITTED
 
-    kept, output = files(table)
-    assert kept.path == base.path and output.resolved is True
-    assert output.vector is not None and output.vector.cardinality == 1  # 3's tombstone
+    kept, live, tombstones = files(table)
+    assert kept.path == base.path and live.resolved is tombstones.resolved is True
+    assert live.vector is None and live.row_count == 4  # 1, 2 (b), 4 and 5
+    assert tombstones.row_count == tombstones.vector.cardinality == 1  # 3's tombstone
+    assert only_deletes(tombstones) and not only_deletes(live)
     assert reads(table) == expected
     assert_resolved_invariants(table)
     [fold] = plan_tasks(table)  # forced: the whole bucket, merged ignoring vectors
@@ -140,8 +143,9 @@ def test_a_tombstone_kept_by_a_tier_fold_stops_an_older_replay(catalog: Catalog)
     task = tier(table)
     assert not task.drop_deletes  # a sequence column: a later replay may need the tombstone
     assert compact(catalog, task).status is OutcomeStatus.COMMITTED
-    [output] = files(table)
-    assert output.vector is not None and output.vector.cardinality == 1
+    live, tombstones = files(table)
+    assert (live.row_count, live.vector) == (3, None)
+    assert tombstones.row_count == tombstones.vector.cardinality == 1
 
     table.upsert(seq_rows([(1, 6), (3, 4)], "stale"))  # replays below the delete and the row
 
@@ -226,6 +230,24 @@ def test_a_merge_landing_after_a_tier_base_is_reordered_behind_it(catalog: Catal
     resolve(catalog, table)
     assert reads(table) == expected
     assert_resolved_invariants(table)
+
+
+def test_a_file_of_tombstones_is_not_worn_unless_they_may_go(catalog: Catalog):
+    table = catalog.create_table(
+        "shop.seq", SEQ, primary_key=["id"], hash_buckets=1, properties={"sequence-column": "seq"}
+    )
+    table.upsert(seq_rows([(i, 1) for i in range(300)], "a"))
+    table.delete(pa.table({"id": pa.array(range(100), pa.int64()), "seq": pa.array([2] * 100)}))
+    table.upsert(seq_rows([(1000, 1)], "b"))
+    table.upsert(seq_rows([(1001, 1)], "c"))
+    resolve(catalog, table)
+    # every file small: tier 1 folds the four into live rows and 100 tombstones
+    assert compact(catalog, tier(table)).status is OutcomeStatus.COMMITTED
+    live, tombstones = files(table)
+    assert tombstones.vector.cardinality == tombstones.row_count == 100
+    # with a target that makes both large, the tombstones (ratio 1.0) are no tier-2 input
+    small = min(live.size_bytes, tombstones.size_bytes)
+    assert plan_tasks(table, replace(TIERS, target_file_size=small), force=False) == []
 
 
 def test_a_rerun_of_a_landed_tier_task_is_already_done(catalog: Catalog):

@@ -9,12 +9,12 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import ColumnStats, DataFile, VectorRef
+from catalog import ROW_KIND_COLUMN, ROW_KIND_DELETE, ColumnStats, DataFile, VectorRef
 from catalog.meta import TableMeta
 from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
 from catalog.planning import PartitionScan, ScanPlan
-from compaction.planner import bins_of, pack_bins, plan_table, read_amplification
+from compaction.planner import bins_of, only_deletes, pack_bins, plan_table, read_amplification
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionKind
 
@@ -499,3 +499,19 @@ def test_tier_two_rewrites_one_worn_resolved_file():
 def test_tiers_wait_for_compaction_resolve():
     small = [resolved(file(f"s{i}", 5, keys=(i * 10, i * 10))) for i in range(4)]
     assert kinds(CDC, NO_RESOLVE, *small) == []
+
+
+def deletes_only(f: DataFile, n: int) -> DataFile:
+    kinds = ColumnStats(min=ROW_KIND_DELETE, max=ROW_KIND_DELETE)
+    return marked(f, n).model_copy(update={"stats": {**f.stats, ROW_KIND_COLUMN: kinds}})
+
+
+def test_tier_two_leaves_a_file_of_tombstones_alone_unless_they_may_go():
+    live = resolved(file("live", 80, rows=100, keys=(0, 99)))
+    tombstones = deletes_only(file("tomb", 80, rows=100, keys=(0, 99)), 100)
+    assert only_deletes(tombstones) and not only_deletes(live)
+    assert kinds(CDC, POLICY, live, tombstones) == []  # a rewrite would keep every row
+    assert kinds(SEQ, POLICY, tombstones, live) == []  # the oldest, but a sequence column
+    assert kinds(CDC, POLICY, tombstones, live) == [  # the oldest: they may go
+        (CompactionKind.FOLD_RESOLVED, ["tomb"], True)
+    ]
