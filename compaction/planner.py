@@ -25,8 +25,8 @@ prefix), read against the prefix's live rows; resolved files, however many, are 
 and are tidied by the tiers instead, so a resolved bucket is not folded again and again as
 runs accumulate (the write amplification issue 49 removes). Otherwise, in this order:
 
-* tier 1 (:func:`tier_fold_inputs`): ``tier_min_files`` consecutive small resolved files are
-  folded into one (kind ``fold-resolved``);
+* tier 1 (:func:`tier_fold_inputs`): ``tier_min_files`` consecutive small resolved files of
+  about one size tier are folded (kind ``fold-resolved``);
 * tier 2 (:func:`worn_resolved`): a resolved file at or above the small-file size whose vector
   marks more than ``rewrite_deleted_ratio`` of its rows is rewritten alone (same kind);
 * a bucket with pending runs is *resolved* (:func:`resolve_inputs`, kind ``resolve``): cheap,
@@ -344,23 +344,52 @@ def resolved_files(part: PartitionScan) -> tuple[DataFile, ...]:
     return files[: next((i for i, f in enumerate(files) if f.resolved is not True), len(files))]
 
 
+#: A file joins the younger small files after it in a tier-1 fold only when it is at most this
+#: many times their total size (the size ratio of Paimon's universal compaction, loosened so
+#: that files of about one size always group): a large file is rewritten only once the young
+#: ones have caught up with it, so each byte is rewritten a logarithmic number of times, not
+#: at every fold of the bucket (the write amplification issue 49 removes).
+TIER_SIZE_RATIO = 1.5
+
+
 def tier_fold_inputs(part: PartitionScan, policy: CompactionPolicy) -> tuple[DataFile, ...]:
-    """Tier 1: the first ``tier_min_files`` or more consecutive small resolved files, cut into
-    bins of about :data:`BIN_TARGETS` x the target size as bin-packing cuts them; empty when no
-    stretch is long enough. Consecutive (in chain order) because the output takes the stretch's
-    place in the chain: every file keeps its order relative to the others, so the prefix stays
-    a prefix (R1) and a merge that ignores vectors (the whole-bucket fold) still sees each
-    tombstone above the older rows it ended."""
-    stretch: list[DataFile] = []
-    for file in (*resolved_files(part), None):
-        if file is not None and policy.is_small(file.size_bytes):
-            stretch.append(file)
-            continue
-        for group in bins_of(stretch, policy.target_file_size):
+    """Tier 1: ``tier_min_files`` or more consecutive small resolved files of about one size
+    tier (:func:`size_tiers`), the newest such group first; empty when there is none.
+    Consecutive (in chain order) because the output takes the group's place in the chain:
+    every file keeps its order relative to the others, so the prefix stays a prefix (R1) and a
+    merge that ignores vectors (the whole-bucket fold) still sees each tombstone above the
+    older rows it ended."""
+    stretches: list[list[DataFile]] = [[]]
+    for file in resolved_files(part):
+        if policy.is_small(file.size_bytes):
+            stretches[-1].append(file)
+        elif stretches[-1]:
+            stretches.append([])
+    for stretch in reversed(stretches):
+        for group in size_tiers(stretch, policy.target_file_size):
             if len(group) >= policy.tier_min_files:
                 return tuple(group)
-        stretch = []
     return ()
+
+
+def size_tiers(files: Sequence[DataFile], target_file_size: int) -> list[list[DataFile]]:
+    """``files`` (consecutive, chain order) cut into groups from the newest back: a file joins
+    the group after it while it is at most :data:`TIER_SIZE_RATIO` x the group's size and the
+    group holds less than :data:`BIN_TARGETS` x the target size. Newest group first; each in
+    chain order."""
+    groups: list[list[DataFile]] = []
+    current: list[DataFile] = []
+    total = 0
+    for file in reversed(files):
+        full = total >= BIN_TARGETS * target_file_size
+        if current and (full or file.size_bytes > total * TIER_SIZE_RATIO):
+            groups.append(current[::-1])
+            current, total = [], 0
+        current.append(file)
+        total += file.size_bytes
+    if current:
+        groups.append(current[::-1])
+    return groups
 
 
 def worn_resolved(

@@ -14,7 +14,14 @@ from catalog.meta import TableMeta
 from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
 from catalog.planning import PartitionScan, ScanPlan
-from compaction.planner import bins_of, only_deletes, pack_bins, plan_table, read_amplification
+from compaction.planner import (
+    bins_of,
+    only_deletes,
+    pack_bins,
+    plan_table,
+    read_amplification,
+    size_tiers,
+)
 from compaction.policy import CompactionPolicy
 from compaction.task import CompactionKind
 
@@ -464,10 +471,10 @@ def test_tier_one_folds_consecutive_small_resolved_files():
     assert kinds(CDC, six, big, *small) == []
 
 
-def test_tier_one_stretch_is_cut_into_bins_and_stays_in_the_prefix():
-    small = [resolved(file(f"s{i}", 60, keys=(i, i))) for i in range(8)]  # bins of 4 x 60 MB
+def test_tier_one_groups_are_cut_at_twice_the_target_and_stay_in_the_prefix():
+    small = [resolved(file(f"s{i}", 60, keys=(i, i))) for i in range(8)]  # groups of 4 x 60 MB
     assert kinds(CDC, POLICY, *small, file("p", keys=(0, 9))) == [
-        (CompactionKind.FOLD_RESOLVED, ["s0", "s1", "s2", "s3"], True)  # a tier before a resolve
+        (CompactionKind.FOLD_RESOLVED, ["s4", "s5", "s6", "s7"], False)  # before a resolve
     ]
     pending_small = [file(f"q{i}", 5, keys=(i, i)) for i in range(4)]
     assert [k for k, _, _ in kinds(CDC, POLICY, *small[:1], *pending_small)] == [
@@ -514,4 +521,27 @@ def test_tier_two_leaves_a_file_of_tombstones_alone_unless_they_may_go():
     assert kinds(SEQ, POLICY, tombstones, live) == []  # the oldest, but a sequence column
     assert kinds(CDC, POLICY, tombstones, live) == [  # the oldest: they may go
         (CompactionKind.FOLD_RESOLVED, ["tomb"], True)
+    ]
+
+
+def test_tier_one_rewrites_a_larger_file_only_once_the_younger_ones_caught_up():
+    older = resolved(file("older", 50, keys=(0, 999)))
+    young = [resolved(file(f"y{i}", 5, keys=(i, i))) for i in range(6)]
+    # 50 MB > 1.5 x 30 MB: the six young files fold alone
+    assert kinds(CDC, POLICY, older, *young) == [
+        (CompactionKind.FOLD_RESOLVED, [f"y{i}" for i in range(6)], False)
+    ]
+    eight = [resolved(file(f"y{i}", 5, keys=(i, i))) for i in range(6)] + [
+        resolved(file(f"z{i}", 5, keys=(i, i))) for i in range(2)
+    ]
+    # 50 MB <= 1.5 x 40 MB: it joins them
+    assert kinds(CDC, POLICY, older, *eight)[0][1] == ["older", *names(eight)]
+
+
+def test_size_tiers_cut_from_the_newest_back():
+    sizes = [64, 8, 8, 4, 2, 1, 1]
+    files = [file(f"f{i}", size) for i, size in enumerate(sizes)]
+    assert [names(g) for g in size_tiers(files, 100 * MB)] == [
+        ["f1", "f2", "f3", "f4", "f5", "f6"],  # 8 <= 1.5 x 16, then 64 > 1.5 x 24
+        ["f0"],
     ]
