@@ -411,7 +411,7 @@ def test_planner_matches_the_model(case: Case):
 # ------------------------------------------- resolved buckets: what a reader pays, and tiers
 
 
-def marked(f: DataFile, n: int) -> DataFile:
+def resolved_marked(f: DataFile, n: int) -> DataFile:
     vector = VectorRef(cardinality=n, path="v.puffin", offset=0, length=8)
     return f.model_copy(update={"resolved": True, "vector": vector})
 
@@ -445,7 +445,7 @@ def test_pending_runs_reaching_max_sorted_runs_still_fold_the_bucket():
 def test_read_cost_counts_the_prefix_live_rows_as_one_base_plus_the_pending_runs():
     # resolved files overlapping in key range: the estimate would take them for updates of
     # each other (3.2x); a reader pays their live rows once, plus the pending run
-    prefix = [marked(file(f"r{i}", 80, rows=100, keys=(0, 999)), 10) for i in range(10)]
+    prefix = [resolved_marked(file(f"r{i}", 80, rows=100, keys=(0, 999)), 10) for i in range(10)]
     pending = [file("p", rows=450, keys=(0, 999))]
     assert read_amplification(CDC, [*prefix, *pending]) > 3
     assert [k for k, _, _ in kinds(CDC, NO_RESOLVE, *prefix, *pending)] == [
@@ -491,15 +491,15 @@ def test_tombstones_are_dropped_only_from_the_oldest_files_without_a_sequence_co
 
 
 def test_tier_two_rewrites_one_worn_resolved_file():
-    worn = marked(file("worn", 80, rows=100, keys=(0, 99)), 21)
-    fine = marked(file("fine", 80, rows=100, keys=(0, 99)), 20)
+    worn = resolved_marked(file("worn", 80, rows=100, keys=(0, 99)), 21)
+    fine = resolved_marked(file("fine", 80, rows=100, keys=(0, 99)), 20)
     assert kinds(CDC, POLICY, fine, worn, file("p", keys=(0, 9))) == [
         (CompactionKind.FOLD_RESOLVED, ["worn"], False)
     ]
     assert kinds(CDC, POLICY, fine) == []
     tolerant = CompactionPolicy(target_file_size=100 * MB, rewrite_deleted_ratio=0.5)
     assert kinds(CDC, tolerant, fine, worn) == []
-    small_worn = marked(file("sw", 5, rows=100, keys=(0, 99)), 90)
+    small_worn = resolved_marked(file("sw", 5, rows=100, keys=(0, 99)), 90)
     assert kinds(CDC, POLICY, fine, small_worn) == []  # tier 1's, once enough small files
 
 
@@ -510,7 +510,7 @@ def test_tiers_wait_for_compaction_resolve():
 
 def deletes_only(f: DataFile, n: int) -> DataFile:
     kinds = ColumnStats(min=ROW_KIND_DELETE, max=ROW_KIND_DELETE)
-    return marked(f, n).model_copy(update={"stats": {**f.stats, ROW_KIND_COLUMN: kinds}})
+    return resolved_marked(f, n).model_copy(update={"stats": {**f.stats, ROW_KIND_COLUMN: kinds}})
 
 
 def test_tier_two_leaves_a_file_of_tombstones_alone_unless_they_may_go():
