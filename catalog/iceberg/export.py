@@ -7,20 +7,28 @@ later version that changed the files into one snapshot, all in one Iceberg commi
 * the version's file set (``Table.plan(version=v)``) is compared, by path, with the live files
   of the Iceberg snapshot before it: files only in the plan are added, files only in Iceberg
   are removed. A version that only added files is an ``append`` snapshot; one that removed
-  files (a compaction, DML, TTL) is an ``overwrite`` naming the removed files (pyiceberg
-  0.12 cannot summarise a ``replace``, which would tell streaming readers that a compaction
-  changed no row; ``lakestream.op`` in the summary says so meanwhile). Manifests
-  and manifest lists are written by pyiceberg's snapshot producers, metadata JSON by its
-  catalog code (:mod:`catalog.iceberg.pointer`).
-* **CDC tables**: a bucket holding more than one file, or a lone merge run holding deletes or
-  partial rows (its rows are changes, not rows), needs merge-on-read, which Iceberg cannot
-  express without delete files; so does a file with a deletion vector (issue 49), on either
-  kind of table, until vectors are exported as Iceberg's. Such versions are skipped: the
-  Iceberg table shows the newest version it can, and ``lag_versions`` says how far behind the
-  latest version that is.
+  files (a compaction, DML, TTL) or changed a vector is an ``overwrite`` naming the removed
+  files (pyiceberg 0.12 cannot summarise a ``replace``, which would tell streaming readers
+  that a compaction changed no row; ``lakestream.op`` in the summary says so meanwhile).
+  Manifests and manifest lists are written by pyiceberg's writers and snapshot producer
+  (:class:`catalog.iceberg.deletes.ExportFiles`), metadata JSON by its catalog code
+  (:mod:`catalog.iceberg.pointer`).
+* **Deletion vectors** (issue 49) become Iceberg v2 **position-delete files**, one per vectored
+  data file, reused while its vector does not change (:mod:`catalog.iceberg.deletes`). Iceberg
+  v3 deletion vectors could point at lakestream's Puffin blobs without a copy (the same
+  bytes), but pyiceberg 0.12 writes v1/v2 manifests only (it reads v3 vectors, yet takes a
+  Puffin file's ``referenced-data-file`` as the data file's location, where lakestream's
+  blobs name the path relative to the table), so v2 it is for now.
+* **CDC tables**: a bucket whose files are all *resolved* (their vectors mark every row that
+  does not count) is plain files minus vectors, which position deletes express; so is one
+  whole-row file. Any other bucket (pending runs, a lone run holding deletes or partial rows:
+  its rows are changes, not rows) needs merge-on-read, which Iceberg cannot express. Such
+  versions are skipped: the Iceberg table shows the newest version it can, and
+  ``lag_versions`` says how far behind the latest version that is.
 * Iceberg snapshots of versions that lakestream expired are expired too, so vacuum (which
   deletes what expired versions alone needed) never leaves a snapshot naming a deleted file.
-  The current snapshot must stay readable even when expiry outruns the exporter (a lagging CDC
+  The position-delete files only expired snapshots named are deleted after the commit. The
+  current snapshot must stay readable even when expiry outruns the exporter (a lagging CDC
   table): the exporter registers as a change-feed consumer at the version it shows, which
   expiry keeps (see :mod:`catalog.consumers`).
 
@@ -39,15 +47,15 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog as IcebergCatalog
 from pyiceberg.conversions import to_bytes
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.manifest import DataFile as IcebergDataFile
-from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table as IcebergTable
 from pyiceberg.table import Transaction
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadataV2
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import (
     AddSchemaUpdate,
@@ -73,6 +81,13 @@ from pyiceberg.types import (
 
 from catalog.errors import ChangesExpiredError, IcebergRegistrationError
 from catalog.files.stats import decode_stat
+from catalog.iceberg.deletes import (
+    ExportFiles,
+    delete_file_entry,
+    delete_file_path,
+    named_delete_files,
+    write_delete_file,
+)
 from catalog.iceberg.pointer import PointerCatalog, record_export
 from catalog.iceberg.schema import (
     PARTITION_FIELD_BASE,
@@ -180,11 +195,12 @@ def export_table(table: Table, *, sql_catalog: IcebergCatalog | None = None) -> 
     changed = _evolve(tx, meta, iceberg)
     made = _snapshot_versions(tx, table, state, latest)
     changed = changed or bool(made)
-    expired = _expire_snapshots(tx, table, state)
+    expired, unnamed = _expire_snapshots(tx, table, state)
     lag = latest - state.version
     if changed or expired or iceberg.properties.get(LAG_PROPERTY) != str(lag):
         tx.set_properties({LAG_PROPERTY: str(lag)})
         iceberg = tx.commit_transaction()
+        _drop_delete_files(table, iceberg, unnamed)
     record_export(store, meta.table_id, iceberg.metadata_location, state.version, lag)
     if iceberg.current_snapshot() is not None:  # files an Iceberg reader may open
         _pin(table, state.version)
@@ -218,7 +234,8 @@ def export_table(table: Table, *, sql_catalog: IcebergCatalog | None = None) -> 
 
 def _snapshot_versions(tx: Transaction, table: Table, state: _State, latest: int) -> list[int]:
     """One snapshot per version after ``state.version`` that Iceberg can show and that changed
-    its files; the versions that got one."""
+    its files (data files, or the position-delete files of their vectors); the versions that
+    got one."""
     meta = table.meta
     made: list[int] = []
     history = table.history(limit=max(latest - state.version, 1), after=state.version)
@@ -227,30 +244,42 @@ def _snapshot_versions(tx: Transaction, table: Table, state: _State, latest: int
         if not all(_expressible(p) for p in plan.merge_partitions):
             continue
         files = [(p.partition_desc, f) for p in plan.partitions for f in p.files]
-        if any(f.vector is not None for _, f in files):
-            continue  # rows a deletion vector marks: Iceberg would show them (no DVs yet)
         target = {_absolute(meta, f.path): (desc, f) for desc, f in files}
+        vectored = {
+            _absolute(meta, delete_file_path(f)): (desc, f)
+            for desc, f in files
+            if f.vector is not None
+        }
         added = [path for path in target if path not in state.live]
         removed = [path for path in state.live if path not in target]
+        added_deletes = [path for path in vectored if path not in state.deletes]
+        removed_deletes = [path for path in state.deletes if path not in vectored]
         state.version = info.version
-        if not added and not removed:
+        if not (added or removed or added_deletes or removed_deletes):
             continue
         properties = {
             VERSION_SUMMARY: str(info.version),
             OP_SUMMARY: info.op.value,
             COMMITTED_SUMMARY: info.committed_at.isoformat(),
         }
-        update = tx.update_snapshot(snapshot_properties=properties)
-        producer = update.overwrite() if removed else update.fast_append()
-        if removed:
-            producer.delete_by_predicate(AlwaysTrue())  # removed files are named one by one
-            for path in removed:
-                producer.delete_data_file(state.live.pop(path))
+        only_appends = not (removed or added_deletes or removed_deletes)
+        first = tx.table_metadata.current_snapshot_id is None
+        operation = Operation.APPEND if only_appends or first else Operation.OVERWRITE
+        producer = ExportFiles(tx, operation=operation, properties=properties)
+        for path in removed:
+            producer.delete_data_file(state.live.pop(path))
+        for path in removed_deletes:
+            producer.delete_data_file(state.deletes.pop(path))
         for path in added:
             desc, file = target[path]
             data_file = _data_file(meta, state, path, desc, file)
             producer.append_data_file(data_file)
             state.live[path] = data_file
+        for path in added_deletes:
+            desc, file = vectored[path]
+            delete_file = _delete_file(meta, state, desc, file)
+            producer.append_data_file(delete_file)
+            state.deletes[path] = delete_file
         producer.commit()
         made.append(info.version)
     return made
@@ -262,6 +291,8 @@ class _State:
 
     version: int
     live: dict[str, IcebergDataFile]
+    deletes: dict[str, IcebergDataFile]
+    """The live position-delete files, by path (each one data file's vector)."""
     spec: PartitionSpec
     schema: Schema
 
@@ -269,20 +300,24 @@ class _State:
     def of(cls, iceberg: IcebergTable) -> _State:
         snapshot = iceberg.current_snapshot()
         live: dict[str, IcebergDataFile] = {}
+        deletes: dict[str, IcebergDataFile] = {}
         version = 0
         if snapshot is not None:
             version = int(snapshot.summary[VERSION_SUMMARY] or 0) if snapshot.summary else 0
             for manifest in snapshot.manifests(iceberg.io):
+                into = deletes if manifest.content == ManifestContent.DELETES else live
                 for entry in manifest.fetch_manifest_entry(iceberg.io, discard_deleted=True):
-                    live[entry.data_file.file_path] = entry.data_file
-        return cls(version, live, iceberg.spec(), iceberg.schema())
+                    into[entry.data_file.file_path] = entry.data_file
+        return cls(version, live, deletes, iceberg.spec(), iceberg.schema())
 
 
 def _expressible(partition: PartitionScan) -> bool:
-    """A bucket Iceberg can show without delete files: one file whose rows are all rows of
-    the table (a compacted base file, or a lone merge run of upserts of whole rows: its
-    statistics say no row is a delete and none is partial)."""
-    if not partition.merge:
+    """A bucket Iceberg can show as plain files minus their vectors (position deletes): a
+    resolved bucket (every file ``resolved``: its vectors mark every row that does not count,
+    and no live row is partial: /work/briefs/contract-cdc-vectors.md, R2), or one file whose
+    rows are all rows of the table (a compacted base file, or a lone merge run of upserts of
+    whole rows: its statistics say no row is a delete and none is partial)."""
+    if not partition.merge or all(f.resolved is True for f in partition.files):
         return True
     if partition.file_count != 1:
         return False
@@ -320,6 +355,21 @@ def _data_file(
     )
     data_file.spec_id = state.spec.spec_id  # kept beside the record, not in it
     return data_file
+
+
+def _delete_file(meta: TableMeta, state: _State, desc: str, file: DataFile) -> IcebergDataFile:
+    """Write the position-delete file of ``file``'s vector, and describe it."""
+    data_path = _absolute(meta, file.path)
+    relative, size, rows = write_delete_file(meta.files, file, data_path)
+    partition = Record(*partition_values(meta, desc, state.spec, state.schema))
+    return delete_file_entry(
+        _absolute(meta, relative),
+        size=size,
+        rows=rows,
+        data_path=data_path,
+        partition=partition,
+        spec=state.spec,
+    )
 
 
 #: Iceberg types whose bounds come from the catalog's statistics (whose encoding is exact for
@@ -443,8 +493,10 @@ def _evolve(tx: Transaction, meta: TableMeta, iceberg: IcebergTable) -> bool:
     return True
 
 
-def _expire_snapshots(tx: Transaction, table: Table, state: _State) -> int:
-    """Expire the Iceberg snapshots of versions lakestream expired (never the current one)."""
+def _expire_snapshots(tx: Transaction, table: Table, state: _State) -> tuple[int, set[str]]:
+    """Expire the Iceberg snapshots of versions lakestream expired (never the current one);
+    how many, and the position-delete files they named (to drop those no snapshot kept names
+    once the expiry is committed: :func:`_drop_delete_files`)."""
     row = table.catalog.store.fetch_one(
         _maintenance_query("expiry_horizon"), {"table_id": table.meta.table_id}
     )
@@ -458,9 +510,27 @@ def _expire_snapshots(tx: Transaction, table: Table, state: _State) -> int:
         and s.summary is not None
         and int(s.summary[VERSION_SUMMARY] or 0) < horizon
     ]
+    named: set[str] = set()
     if doomed:
+        io = tx._table.io
+        for snapshot_id in doomed:
+            snapshot = metadata.snapshot_by_id(snapshot_id)
+            assert snapshot is not None
+            named |= named_delete_files(snapshot.manifests(io), io)
         ExpireSnapshots(tx).by_ids(doomed).commit()
-    return len(doomed)
+    return len(doomed), named
+
+
+def _drop_delete_files(table: Table, iceberg: IcebergTable, candidates: set[str]) -> None:
+    """Delete the position-delete files that expired snapshots named and no snapshot left names
+    (vacuum never deletes under ``metadata/``: these are the exporter's to delete). Only after
+    the commit: a failed one leaves every snapshot, and so every file, in place."""
+    if not candidates:
+        return
+    for snapshot in iceberg.snapshots():
+        candidates -= named_delete_files(snapshot.manifests(iceberg.io), iceberg.io)
+    root = f"{table.meta.location.rstrip('/')}/"
+    table.meta.files.discard(p.removeprefix(root) for p in candidates if p.startswith(root))
 
 
 def _pin(table: Table, version: int) -> None:

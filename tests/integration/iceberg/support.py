@@ -16,6 +16,7 @@ from pyiceberg.table import StaticTable
 from catalog import Catalog, Table
 from catalog.iceberg import sql_catalog
 from jobs.table_compact import compact_table
+from tests.fixtures.vectors import mark_rows, resolve_buckets
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), ("region", pa.string()), ("total", pa.float64())]
@@ -36,9 +37,11 @@ def rows(rng: random.Random, ids: Iterable[int]) -> pa.Table:
 
 
 def random_history(catalog: Catalog, table: Table, rng: random.Random, steps: int) -> None:
-    """Appends/upserts, deletes, updates and compactions in a random order."""
+    """Appends/upserts, deletes, updates, deletion vectors and compactions in a random order.
+    Vectors: rows of an append table marked; on a CDC table, pending buckets resolved (their
+    superseded rows and deletes marked, every file ``resolved``: tests.fixtures.vectors)."""
     for _ in range(steps):
-        action = rng.choice(["write", "write", "write", "delete", "update", "compact"])
+        action = rng.choice(["write", "write", "write", "delete", "update", "vector", "compact"])
         if action == "write":
             ids = rng.sample(range(40), rng.randint(1, 6))
             if table.meta.is_cdc:
@@ -49,9 +52,21 @@ def random_history(catalog: Catalog, table: Table, rng: random.Random, steps: in
             table.delete(where=[("total", "<", rng.uniform(0, 30))])
         elif action == "update":
             table.update(where=[("id", "<", rng.randint(0, 40))], set={"total": 1.5})
+        elif action == "vector":
+            mark_some(table, rng)
         else:
             compact_table(catalog, table.name)
     compact_table(catalog, table.name)  # the last version of a CDC table is expressible
+
+
+def mark_some(table: Table, rng: random.Random) -> int | None:
+    """Deletion vectors as a resolver (CDC) or a DELETE (append) would commit them."""
+    if table.meta.is_cdc:
+        return resolve_buckets(table)
+    live = sorted(set(table.scan().to_arrow().column("id").to_pylist()))
+    if not live:
+        return None
+    return mark_rows(table, rng.sample(live, min(len(live), rng.randint(1, 4))))
 
 
 def multiset(table: pa.Table, columns: list[str]) -> Counter[tuple[Any, ...]]:

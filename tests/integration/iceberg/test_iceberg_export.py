@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import (
@@ -25,6 +26,7 @@ from compaction.maintenance import MaintenanceScheduler, MaintenanceSettings
 from compaction.queue import QueueSettings, TaskQueue
 from jobs.table_compact import compact_table
 from tests.fixtures.cli import lakestream
+from tests.fixtures.vectors import mark_rows, resolve_buckets
 from tests.integration.iceberg.support import (
     SCHEMA,
     closing_sql_catalog,
@@ -46,9 +48,25 @@ def _check_every_snapshot(table, metadata_location: str) -> dict[int, int]:
     assert versions, "no snapshot was exported"
     for snapshot_id, version in versions.items():
         ours = multiset(table.scan(version=version).to_arrow(), COLUMNS)
-        theirs = multiset(iceberg.scan(snapshot_id=snapshot_id).to_arrow(), COLUMNS)
-        assert theirs == ours, f"snapshot of version {version}"
+        read = iceberg.scan(snapshot_id=snapshot_id).to_arrow()
+        assert multiset(read, COLUMNS) == ours, f"snapshot of version {version}"
+        if table.meta.is_cdc:
+            keys = read.column("id").to_pylist()
+            assert len(keys) == len(set(keys)), f"a duplicated key at version {version}"
     return versions
+
+
+def _delete_files(metadata_location: str) -> dict[int, set[str]]:
+    """Iceberg snapshot id -> the position-delete files its scan applies."""
+    iceberg = static(metadata_location)
+    return {
+        s.snapshot_id: {
+            d.file_path
+            for task in iceberg.scan(snapshot_id=s.snapshot_id).plan_files()
+            for d in task.delete_files
+        }
+        for s in iceberg.snapshots()
+    }
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -73,6 +91,7 @@ def test_append_table_every_version_is_a_snapshot(catalog: Catalog, seed: int) -
         if v.summary.get("files_added") or v.summary.get("files_removed")
     }
     assert set(versions.values()) == changed
+    assert any(_delete_files(second.metadata_location).values())  # vectors were exported
 
 
 @pytest.mark.parametrize("seed", [3, 4])
@@ -152,6 +171,7 @@ def test_expiry_and_vacuum_leave_no_snapshot_naming_a_deleted_file(catalog: Cata
     for snapshot in iceberg.snapshots():
         for task in iceberg.scan(snapshot_id=snapshot.snapshot_id).plan_files():
             assert Path(task.file.file_path).exists(), task.file.file_path
+            assert all(Path(d.file_path).exists() for d in task.delete_files)
     _check_every_snapshot(events, report.metadata_location)
 
 
@@ -249,6 +269,7 @@ def test_compactor_maintenance_exports_between_expiry_and_vacuum(catalog: Catalo
     for snapshot in iceberg.snapshots():
         for task in iceberg.scan(snapshot_id=snapshot.snapshot_id).plan_files():
             assert Path(task.file.file_path).exists(), task.file.file_path
+            assert all(Path(d.file_path).exists() for d in task.delete_files)
     _check_every_snapshot(events, run.iceberg["metadata_location"])
 
 
@@ -398,3 +419,83 @@ def test_dates_timestamps_and_decimals_partition_and_prune(catalog: Catalog) -> 
             f"SELECT * FROM iceberg_scan('{report.metadata_location}') WHERE {sql}"
         ).arrow()
         assert multiset(duck.read_all(), names) == expected, sql
+
+
+def _duckdb_rows(conn, metadata_location: str, snapshot_id: int) -> pa.Table:
+    query = f"SELECT * FROM iceberg_scan('{metadata_location}', snapshot_from_id={snapshot_id})"
+    return conn.execute(query).arrow().read_all()
+
+
+def test_vectors_become_position_deletes_reused_until_they_change(catalog: Catalog) -> None:
+    conn = duckdb_connection()
+    rng = random.Random(21)
+    events = catalog.create_table("logs.events", SCHEMA)
+    events.append(rows(rng, range(10)))
+    events.append(rows(rng, range(10, 20)))
+    marked = mark_rows(events, [1, 2, 11])  # both files get a vector
+    unchanged = events.append(rows(rng, [30])).version_of("logs.events")
+    changed = mark_rows(events, [3], inline_max=0)  # the first file's, now in a Puffin file
+    report = export_table(events)
+    assert {marked, unchanged, changed} <= set(report.exported)
+    ids = {v: s for s, v in snapshot_versions(static(report.metadata_location)).items()}
+    deletes = _delete_files(report.metadata_location)
+    assert len(deletes[ids[marked]]) == 2 and deletes[ids[unchanged]] == deletes[ids[marked]]
+    assert len(deletes[ids[changed]]) == 2
+    assert len(deletes[ids[changed]] & deletes[ids[marked]]) == 1  # the second file's reused
+    for path in deletes[ids[changed]]:
+        delete = pq.read_table(path)
+        assert delete.schema.field("file_path").metadata[b"PARQUET:field_id"] == b"2147483546"
+        assert delete.schema.field("pos").metadata[b"PARQUET:field_id"] == b"2147483545"
+        assert delete.column("pos").to_pylist() == sorted(delete.column("pos").to_pylist())
+    _check_every_snapshot(events, report.metadata_location)
+    for version, snapshot_id in ids.items():
+        ours = multiset(events.scan(version=version).to_arrow(), COLUMNS)
+        theirs = _duckdb_rows(conn, report.metadata_location, snapshot_id)
+        assert multiset(theirs, COLUMNS) == ours, f"version {version}"
+    latest = static(report.metadata_location).scan().to_arrow()
+    assert not {1, 2, 3, 11} & set(latest.column("id").to_pylist())
+    assert latest.num_rows == 17
+
+
+def test_resolved_cdc_buckets_are_exported_without_a_duplicated_key(catalog: Catalog) -> None:
+    conn = duckdb_connection()
+    rng = random.Random(22)
+    orders = catalog.create_table(
+        "shop.orders", SCHEMA, primary_key=["id"], hash_buckets=2, partition_by=["region"]
+    )
+    orders.upsert(rows(rng, range(12)))
+    orders.upsert(rows(rng, range(6, 16)))
+    orders.delete(where=[("id", "<", 3)])
+    pending = export_table(orders)
+    assert pending.lag_versions > 0  # runs not yet resolved: Iceberg cannot show them
+    resolved = resolve_buckets(orders)
+    assert resolved is not None
+    report = export_table(orders)
+    assert report.version == resolved and report.lag_versions == 0
+    versions = _check_every_snapshot(orders, report.metadata_location)
+    snapshot_id = next(s for s, v in versions.items() if v == resolved)
+    assert _delete_files(report.metadata_location)[snapshot_id]
+    theirs = _duckdb_rows(conn, report.metadata_location, snapshot_id)
+    assert multiset(theirs, COLUMNS) == multiset(orders.scan().to_arrow(), COLUMNS)
+    assert sorted(theirs.column("id").to_pylist()) == list(range(3, 16))
+
+
+def test_expiry_drops_the_delete_files_no_snapshot_names(catalog: Catalog) -> None:
+    rng = random.Random(23)
+    events = catalog.create_table("logs.events", SCHEMA)
+    events.append(rows(rng, range(10)))
+    mark_rows(events, [1])
+    export_table(events)
+    first = set(Path(events.meta.location, "metadata", "deletes").glob("*.parquet"))
+    mark_rows(events, [2])  # the same file's vector changes: a new delete file
+    events.append(rows(rng, [20]))
+    export_table(events)
+    events.expire_versions(older_than=dt.timedelta(0), retain_last=1)
+    events.vacuum(older_than=dt.timedelta(0))
+    report = export_table(events)
+    assert report.snapshots_expired > 0
+    kept = set(Path(events.meta.location, "metadata", "deletes").glob("*.parquet"))
+    assert first and first.isdisjoint(kept) and len(kept) == 1
+    for snapshot_id, names in _delete_files(report.metadata_location).items():
+        assert all(Path(n).exists() for n in names), snapshot_id
+    _check_every_snapshot(events, report.metadata_location)
