@@ -533,6 +533,7 @@ def _write(
         meta.files,
         partition=list(values),
         schema_id=meta.current_schema_id,
+        field_ids=meta.field_ids,
         options=options,
     )
 

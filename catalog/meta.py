@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from catalog.conflicts import CONCURRENT_MERGE_PROPERTY, Relaxations
+from catalog.field_ids import field_ids
 from catalog.files.storage import DEFAULT_STORAGE, Storage, StorageOptions, storage_for
 from catalog.names import RESERVED_COLUMN_PREFIX, TableName
 from catalog.partitioning import PartitionSpec
@@ -60,6 +61,13 @@ class TableMeta:
         """The stored schema, lakestream's internal columns included: what files hold, and what
         writers, compaction and ingest work with."""
         return self.schemas[self.current_schema_id]
+
+    @property
+    def field_ids(self) -> dict[str, int]:
+        """Iceberg field id of every user column path ever in the schema (nested fields too):
+        what every data file carries as ``PARQUET:field_id`` (:mod:`catalog.field_ids`). Not
+        cached: a walk over a few schemas, where a cache would ride along in ``__dict__``."""
+        return field_ids(self.schemas)
 
     @property
     def user_schema(self) -> pa.Schema:

@@ -174,6 +174,7 @@ def stage_append(
             meta.files,
             partition=part.values,
             schema_id=meta.current_schema_id,
+            field_ids=meta.field_ids,
             options=options,
         )
         parts.append(_adds(part.desc, files))
@@ -201,6 +202,7 @@ def stage_changes(
             partition=part.values,
             sequence_column=meta.sequence_column,
             schema_id=meta.current_schema_id,
+            field_ids=meta.field_ids,
             options=options,
         )
         parts.append(_adds(part.desc, [file]))

@@ -361,6 +361,7 @@ def _pack(
         partition=values,
         bucket=bucket,
         schema_id=meta.current_schema_id,
+        field_ids=meta.field_ids,
         options=options,
     )
 
@@ -393,6 +394,7 @@ def _merge_bucket(meta: TableMeta, task: CompactionTask, options: WriteOptions) 
         partition=values,
         bucket=bucket,
         schema_id=meta.current_schema_id,
+        field_ids=meta.field_ids,
         sorted_by=meta.primary_key,
         options=options,
     )

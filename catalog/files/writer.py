@@ -12,7 +12,7 @@ merge-run file (one row per key, latest change, sorted by key, with the row-kind
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from catalog.errors import SchemaError
+from catalog.field_ids import with_field_ids
 from catalog.files.layout import PartitionValues, new_data_file_path
 from catalog.files.merge import last_change_per_key
 from catalog.files.partial import take_filled
@@ -114,10 +115,20 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
 
 def _open_writer(
-    sink: object, schema: pa.Schema, options: WriteOptions, sorted_by: Sequence[str], schema_id: int
+    sink: object,
+    schema: pa.Schema,
+    options: WriteOptions,
+    *,
+    sorted_by: Sequence[str],
+    schema_id: int,
+    field_ids: Mapping[str, int] | None,
 ) -> pq.ParquetWriter:
+    """``field_ids`` (the table's: :func:`catalog.field_ids.field_ids`) go into the Parquet
+    schema, so that Iceberg readers resolve the columns by id (issue 51)."""
     metadata = dict(schema.metadata or {})
     metadata[SCHEMA_ID_KEY] = str(schema_id).encode()
+    if field_ids is not None:
+        schema = with_field_ids(schema, field_ids)
     sorting = (
         list(pq.SortingColumn.from_ordering(schema, [(c, "ascending") for c in sorted_by]))
         if sorted_by
@@ -145,11 +156,19 @@ class _FileSink:
         *,
         sorted_by: Sequence[str],
         schema_id: int,
+        field_ids: Mapping[str, int] | None = None,
     ) -> None:
         self.relative = relative
         self.output = storage.open_output(relative, fsync=options.fsync)
         try:
-            self.writer = _open_writer(self.output.sink, schema, options, sorted_by, schema_id)
+            self.writer = _open_writer(
+                self.output.sink,
+                schema,
+                options,
+                sorted_by=sorted_by,
+                schema_id=schema_id,
+                field_ids=field_ids,
+            )
         except BaseException:
             self.output.abort()
             raise
@@ -193,11 +212,14 @@ def write_data_file(
     schema_id: int = 0,
     sorted_by: Sequence[str] = (),
     options: WriteOptions = DEFAULT_OPTIONS,
+    field_ids: Mapping[str, int] | None = None,
 ) -> DataFile:
     """Write ``data`` as ONE Parquet file (e.g. a CDC bucket's merge run) and describe it.
 
     ``sorted_by`` records, in the footer, that the rows are sorted by these columns (it does not
     sort them). The returned path is relative to ``location`` (see :mod:`catalog.files.layout`).
+    ``field_ids`` (the table's :attr:`~catalog.meta.TableMeta.field_ids`) are written as the
+    columns' Parquet field ids.
     """
     relative = new_data_file_path(partition, bucket)
     sink = _FileSink(
@@ -207,6 +229,7 @@ def write_data_file(
         options,
         sorted_by=sorted_by,
         schema_id=schema_id,
+        field_ids=field_ids,
     )
     try:
         sink.write(data, _rows_per_group(data, options))
@@ -231,6 +254,7 @@ def write_data_files(
     schema_id: int = 0,
     sorted_by: Sequence[str] = (),
     options: WriteOptions = DEFAULT_OPTIONS,
+    field_ids: Mapping[str, int] | None = None,
 ) -> list[DataFile]:
     """Write ``data`` as files of about ``options.target_file_bytes`` each (append, compaction).
 
@@ -255,6 +279,7 @@ def write_data_files(
                     options,
                     sorted_by=sorted_by,
                     schema_id=schema_id,
+                    field_ids=field_ids,
                 )
                 start = offset * rows
             sink.write(piece, rows)
@@ -335,6 +360,7 @@ def write_merge_run(
     sequence_column: str | None = None,
     schema_id: int = 0,
     options: WriteOptions = DEFAULT_OPTIONS,
+    field_ids: Mapping[str, int] | None = None,
 ) -> DataFile:
     """Write one CDC bucket's changes of one batch as its merge-run file (prepared, key-sorted).
 
@@ -349,6 +375,7 @@ def write_merge_run(
         schema_id=schema_id,
         sorted_by=primary_key,
         options=_for_runs(options),
+        field_ids=field_ids,
     )
 
 

@@ -1,17 +1,13 @@
 """A lakestream table's schema, partition spec and name mapping as Iceberg sees them.
 
-**Field ids** are a function of the table's schema history alone: walking the schemas in id
-order, each column gets the next ids the first time its name appears (its own id, then its
-nested fields' ids, depth first). A column keeps its id for ever after: schema evolution only
-adds columns, widens types or drops them, and a dropped name can never come back (the catalog
-refuses it), so a name names one column for the table's whole life. Ids therefore never change
-from one export to the next, nor between two exporters, and a Parquet writer that knows the
-table's metadata can stamp the same ids into ``PARQUET:field_id`` without reading Iceberg's.
+**Field ids** are a function of the table's schema history alone (:mod:`catalog.field_ids`,
+which needs no pyiceberg): every Parquet file written since issue 51 carries them
+(``PARQUET:field_id``), stamped by the writers from the same function.
 
-Files carry no field ids today, so every Iceberg schema comes with its **name mapping**
-(``schema.name-mapping.default``): readers (pyiceberg, DuckDB, Spark) resolve file columns by
-name through it. Columns a file holds but the schema does not (lakestream's internal ``_ls_*``
-columns) are unmapped, so readers skip them.
+Older files carry none, so every Iceberg schema comes with its **name mapping**
+(``schema.name-mapping.default``): readers (pyiceberg, DuckDB, Spark) resolve the columns of a
+file without ids by name through it. lakestream's internal ``_ls_*`` columns have ids (in files
+and in the mapping) that no schema holds, so readers skip them.
 
 **Partitions**: each range column is an identity partition field. A CDC table's hash bucket is
 the Iceberg bucket transform of its key when the key is one column (lakestream computes buckets
@@ -23,7 +19,7 @@ partition.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
@@ -32,53 +28,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import MappedField, NameMapping, apply_name_mapping
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 
-from catalog.meta import TableMeta, is_internal_column
+from catalog.field_ids import INTERNAL_FIELD_IDS, children, field_ids
+from catalog.meta import TableMeta
 from catalog.model import ROW_KIND_COLUMN, SEQUENCE_COLUMN, UNSET_COLUMN, UNSET_TYPE
 from catalog.partitioning import PartitionValue, typed_value
 
 #: The first id of partition fields (Iceberg's convention: 1000 and up).
 PARTITION_FIELD_BASE = 1000
-#: Ids of lakestream's own file columns, far above any user column's: they are in the name
-#: mapping only (pyiceberg refuses a file column the mapping does not name), never in the
-#: schema, so readers skip them.
-INTERNAL_FIELD_IDS = {
-    SEQUENCE_COLUMN: 1_000_000_001,
-    ROW_KIND_COLUMN: 1_000_000_002,
-    UNSET_COLUMN: 1_000_000_003,
-    f"{UNSET_COLUMN}.element": 1_000_000_004,
-}
-
-
-def field_ids(schemas: Mapping[int, pa.Schema]) -> dict[str, int]:
-    """Path of every field ever seen (``a``, ``a.element``, ``s.x``) -> its Iceberg field id."""
-    ids: dict[str, int] = {}
-    for schema_id in sorted(schemas):
-        for field in schemas[schema_id]:
-            if is_internal_column(field.name) or field.name in ids:
-                continue
-            for path in _paths(field.name, field.type):
-                ids[path] = len(ids) + 1
-    return ids
-
-
-def _paths(path: str, arrow_type: pa.DataType) -> Iterator[str]:
-    yield path
-    for name, child in _children(arrow_type):
-        yield from _paths(f"{path}.{name}", child)
-
-
-def _children(arrow_type: pa.DataType) -> list[tuple[str, pa.DataType]]:
-    """Nested fields under Iceberg's names: a list's ``element``, a map's ``key``/``value``."""
-    if pa.types.is_struct(arrow_type):
-        return [
-            (arrow_type.field(i).name, arrow_type.field(i).type)
-            for i in range(arrow_type.num_fields)
-        ]
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return [("element", arrow_type.value_type)]
-    if pa.types.is_map(arrow_type):
-        return [("key", arrow_type.key_type), ("value", arrow_type.item_type)]
-    return []
 
 
 def name_mapping(meta: TableMeta) -> NameMapping:
@@ -98,11 +54,11 @@ def name_mapping(meta: TableMeta) -> NameMapping:
 
 def _mapped(path: str, arrow_type: pa.DataType, ids: Mapping[str, int]) -> MappedField:
     name = path.rsplit(".", 1)[-1]
-    children = [_mapped(f"{path}.{n}", t, ids) for n, t in _children(arrow_type)]
+    nested = [_mapped(f"{path}.{n}", t, ids) for n, t in children(arrow_type)]
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         # Parquet names a list's element "element" (Iceberg) or "item" (Arrow's default)
-        children = [children[0].model_copy(update={"names": ["element", "item"]})]
-    return MappedField(field_id=ids[path], names=[name], fields=children)
+        nested = [nested[0].model_copy(update={"names": ["element", "item"]})]
+    return MappedField(field_id=ids[path], names=[name], fields=nested)
 
 
 def iceberg_schema(meta: TableMeta) -> Schema:

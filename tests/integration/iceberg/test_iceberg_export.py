@@ -19,6 +19,7 @@ from pyiceberg.expressions import (
     IsNull,
     LessThan,
 )
+from pyiceberg.table import StaticTable
 
 from catalog import Catalog
 from catalog.iceberg import IcebergRegistrationError, PointerCatalog, export_table
@@ -499,3 +500,39 @@ def test_expiry_drops_the_delete_files_no_snapshot_names(catalog: Catalog) -> No
     for snapshot_id, names in _delete_files(report.metadata_location).items():
         assert all(Path(n).exists() for n in names), snapshot_id
     _check_every_snapshot(events, report.metadata_location)
+
+
+def test_files_carry_the_published_field_ids_and_read_without_the_name_mapping(
+    catalog: Catalog,
+) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("qty", pa.int32())])
+    items = catalog.create_table("shop.items", schema, primary_key=["id"], hash_buckets=1)
+    items.upsert(pa.table({"id": [1, 2], "qty": pa.array([5, 6], pa.int32())}))
+    items.add_column("tags", pa.list_(pa.string()))
+    items.upsert(pa.table({"id": [2, 3], "qty": [7, 8], "tags": [["a"], None]}))
+    compact_table(catalog, items.name)  # a compaction output carries them too
+    items.upsert(pa.table({"id": [4], "qty": [9], "tags": [["b", "c"]]}))
+    compact_table(catalog, items.name)
+    report = export_table(items)
+    iceberg = static(report.metadata_location)
+    published = {f.name: f.field_id for f in iceberg.schema().fields}
+    element_id = iceberg.schema().find_field("tags.element").field_id
+    for task in iceberg.scan().plan_files():
+        written = pq.read_schema(task.file.file_path)
+        ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in written}
+        assert {n: ids[n] for n in published} == published
+        element = written.field("tags").type.value_field
+        assert int(element.metadata[b"PARQUET:field_id"]) == element_id
+    properties = {
+        k: v for k, v in iceberg.metadata.properties.items() if k != "schema.name-mapping.default"
+    }
+    unmapped = StaticTable(
+        iceberg.name(),
+        iceberg.metadata.model_copy(update={"properties": properties}),
+        iceberg.metadata_location,
+        iceberg.io,
+        iceberg.catalog,
+    )
+    expected = sorted(items.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert sorted(unmapped.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
+    assert len(expected) == 4
