@@ -103,7 +103,7 @@ from catalog.planning import PartitionScan
 from catalog.queries import NamedQueries
 
 if TYPE_CHECKING:
-    from catalog.table import Table
+    from catalog.table import Table, VersionInfo
 
 __all__ = ["ICEBERG_METADATA_PROPERTY", "IcebergExport", "IcebergRegistrationError", "export_table"]
 log = get_logger("lakestream.catalog.iceberg")
@@ -238,8 +238,7 @@ def _snapshot_versions(tx: Transaction, table: Table, state: _State, latest: int
     got one."""
     meta = table.meta
     made: list[int] = []
-    history = table.history(limit=max(latest - state.version, 1), after=state.version)
-    for info in sorted(history, key=lambda v: v.version):
+    for info in _versions(table, state.version, latest):
         plan = table.plan(version=info.version)
         if not all(_expressible(p) for p in plan.merge_partitions):
             continue
@@ -283,6 +282,20 @@ def _snapshot_versions(tx: Transaction, table: Table, state: _State, latest: int
         producer.commit()
         made.append(info.version)
     return made
+
+
+def _versions(table: Table, after: int, latest: int) -> list[VersionInfo]:
+    """The versions after ``after`` up to ``latest``, oldest first. History comes newest first,
+    so commits landing while the export runs would push the oldest out of a page sized to
+    ``latest``: pages grow until they reach back to ``after`` (or hold every version left).
+    Versions past ``latest`` wait for the next export (so the lag is never negative)."""
+    limit = max(latest - after, 1)
+    while True:
+        history = table.history(limit=limit, after=after)
+        if len(history) < limit or min(v.version for v in history) == after + 1:
+            break
+        limit *= 2
+    return sorted((v for v in history if v.version <= latest), key=lambda v: v.version)
 
 
 @dataclass

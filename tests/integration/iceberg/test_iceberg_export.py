@@ -536,3 +536,23 @@ def test_files_carry_the_published_field_ids_and_read_without_the_name_mapping(
     expected = sorted(items.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
     assert sorted(unmapped.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
     assert len(expected) == 4
+
+
+def test_a_commit_landing_during_an_export_is_left_to_the_next(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = catalog.create_table("logs.events", SCHEMA)
+    rng = random.Random(24)
+    events.append(rows(rng, [1]))
+    history = events.history
+
+    def history_after_a_commit(*args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(events, "history", history)
+        events.append(rows(rng, [2]))  # lands after the export read the latest version
+        return history(*args, **kwargs)
+
+    monkeypatch.setattr(events, "history", history_after_a_commit)
+    report = export_table(events)
+    assert (report.version, report.latest, report.lag_versions) == (1, 1, 0)
+    again = export_table(events)
+    assert (again.version, again.lag_versions, again.exported) == (2, 0, (2,))
