@@ -15,8 +15,15 @@ from pyiceberg.table import StaticTable
 
 from catalog import Catalog, Table
 from catalog.iceberg import sql_catalog
+from compaction.policy import CompactionPolicy
+from compaction.rewrite import compact
+from compaction.task import CompactionKind
 from jobs.table_compact import compact_table
-from tests.fixtures.vectors import mark_rows, resolve_buckets
+from tests.fixtures.compaction import plan_tasks
+from tests.fixtures.vectors import mark_rows
+
+#: A policy under which the planner resolves pending runs and folds nothing.
+RESOLVE_ONLY = CompactionPolicy(max_sorted_runs=100, max_read_amplification=100.0)
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), ("region", pa.string()), ("total", pa.float64())]
@@ -38,8 +45,8 @@ def rows(rng: random.Random, ids: Iterable[int]) -> pa.Table:
 
 def random_history(catalog: Catalog, table: Table, rng: random.Random, steps: int) -> None:
     """Appends/upserts, deletes, updates, deletion vectors and compactions in a random order.
-    Vectors: rows of an append table marked; on a CDC table, pending buckets resolved (their
-    superseded rows and deletes marked, every file ``resolved``: tests.fixtures.vectors)."""
+    Vectors: rows of an append table marked; on a CDC table, pending buckets resolved by the
+    compactor's resolver (their superseded rows and deletes marked, every file ``resolved``)."""
     for _ in range(steps):
         action = rng.choice(["write", "write", "write", "delete", "update", "vector", "compact"])
         if action == "write":
@@ -53,20 +60,30 @@ def random_history(catalog: Catalog, table: Table, rng: random.Random, steps: in
         elif action == "update":
             table.update(where=[("id", "<", rng.randint(0, 40))], set={"total": 1.5})
         elif action == "vector":
-            mark_some(table, rng)
+            mark_some(catalog, table, rng)
         else:
             compact_table(catalog, table.name)
     compact_table(catalog, table.name)  # the last version of a CDC table is expressible
 
 
-def mark_some(table: Table, rng: random.Random) -> int | None:
-    """Deletion vectors as a resolver (CDC) or a DELETE (append) would commit them."""
+def resolve(catalog: Catalog, table: Table) -> int:
+    """Resolve every pending CDC bucket with the compactor's resolver; how many were."""
+    tasks = [
+        t for t in plan_tasks(table, RESOLVE_ONLY, force=False) if t.kind is CompactionKind.RESOLVE
+    ]
+    for task in tasks:
+        compact(catalog, task)
+    return len(tasks)
+
+
+def mark_some(catalog: Catalog, table: Table, rng: random.Random) -> None:
+    """Deletion vectors as the resolver (CDC) or a DELETE (append) commits them."""
     if table.meta.is_cdc:
-        return resolve_buckets(table)
+        resolve(catalog, table)
+        return
     live = sorted(set(table.scan().to_arrow().column("id").to_pylist()))
-    if not live:
-        return None
-    return mark_rows(table, rng.sample(live, min(len(live), rng.randint(1, 4))))
+    if live:
+        mark_rows(table, rng.sample(live, min(len(live), rng.randint(1, 4))))
 
 
 def multiset(table: pa.Table, columns: list[str]) -> Counter[tuple[Any, ...]]:

@@ -27,13 +27,15 @@ from compaction.maintenance import MaintenanceScheduler, MaintenanceSettings
 from compaction.queue import QueueSettings, TaskQueue
 from jobs.table_compact import compact_table
 from tests.fixtures.cli import lakestream
-from tests.fixtures.vectors import mark_rows, resolve_buckets
+from tests.fixtures.resolved import assert_resolved_invariants
+from tests.fixtures.vectors import mark_rows
 from tests.integration.iceberg.support import (
     SCHEMA,
     closing_sql_catalog,
     duckdb_connection,
     multiset,
     random_history,
+    resolve,
     rows,
     snapshot_versions,
     static,
@@ -469,8 +471,8 @@ def test_resolved_cdc_buckets_are_exported_without_a_duplicated_key(catalog: Cat
     orders.delete(where=[("id", "<", 3)])
     pending = export_table(orders)
     assert pending.lag_versions > 0  # runs not yet resolved: Iceberg cannot show them
-    resolved = resolve_buckets(orders)
-    assert resolved is not None
+    assert resolve(catalog, orders) > 0  # every pending bucket
+    resolved = orders.current_version()
     report = export_table(orders)
     assert report.version == resolved and report.lag_versions == 0
     versions = _check_every_snapshot(orders, report.metadata_location)
@@ -556,3 +558,38 @@ def test_a_commit_landing_during_an_export_is_left_to_the_next(
     assert (report.version, report.latest, report.lag_versions) == (1, 1, 0)
     again = export_table(events)
     assert (again.version, again.lag_versions, again.exported) == (2, 0, (2,))
+
+
+def test_buckets_the_compactors_resolver_resolved_are_exported(catalog: Catalog) -> None:
+    """The real resolver (compaction kind ``resolve``), on a sequence-column table with a stale
+    replay: its resolved buckets are exported with no duplicated key, as lakestream reads them."""
+    schema = SCHEMA.append(pa.field("seq", pa.int64()))
+    orders = catalog.create_table(
+        "shop.orders",
+        schema,
+        primary_key=["id"],
+        hash_buckets=2,
+        properties={"sequence-column": "seq"},
+    )
+    rng = random.Random(25)
+
+    def upsert(ids: range | list[int], seq: int) -> None:
+        batch = rows(rng, ids)
+        orders.upsert(batch.append_column("seq", pa.array([seq] * batch.num_rows, pa.int64())))
+
+    upsert(range(20), 5)
+    upsert(range(5, 12), 7)
+    upsert([6, 7], 6)  # a stale replay: loses to seq 7
+    orders.delete(pa.table({"id": pa.array([1, 8], pa.int64()), "seq": pa.array([9, 9])}))
+    assert export_table(orders).lag_versions > 0  # pending runs: not expressible
+    assert resolve(catalog, orders) == 2  # both buckets, by the compactor's resolver
+    assert_resolved_invariants(orders)
+    report = export_table(orders)
+    assert report.lag_versions == 0 and report.version == orders.current_version()
+    _check_every_snapshot(orders, report.metadata_location)
+    snapshot_id = report.snapshot_ids[report.version]
+    assert _delete_files(report.metadata_location)[snapshot_id]
+    names = schema.names
+    theirs = _duckdb_rows(duckdb_connection(), report.metadata_location, snapshot_id)
+    assert multiset(theirs, names) == multiset(orders.scan().to_arrow(), names)
+    assert sorted(theirs.column("id").to_pylist()) == sorted(set(range(20)) - {1, 8})
