@@ -152,6 +152,7 @@ class _Resolver:
             schema_id=self.meta.current_schema_id,
             sorted_by=self.meta.primary_key,
             options=self.options,
+            field_ids=self.meta.field_ids,
         )
         self.written.append(new.path)
         out.rewritten[run.path] = new
