@@ -3,8 +3,9 @@ same version, and the exporter's lag behind a stream of commits (issue 51).
 
 **Scan** (``--rows`` rows in ``--appends`` batches, 3 columns):
 
-* *append*: an append table partitioned by region (3 partitions), then deletion vectors on
-  ``--marked`` of its rows (exported as position deletes, which DuckDB must apply);
+* *append*: an append table partitioned by region (3 partitions), then a DELETE of
+  ``--marked`` of its rows, which marks them with deletion vectors (exported as position
+  deletes, which DuckDB must apply);
 * *cdc*: a CDC table (4 hash buckets, ``--appends`` upserts, the later ones updating earlier
   keys), compacted (one file per bucket) - the state a CDC table's Iceberg snapshot shows.
 
@@ -56,7 +57,6 @@ from bench.read.small_files import ratio_interval
 from catalog import Catalog, Table
 from catalog.iceberg import export_table
 from jobs.table_compact import compact_table
-from tests.fixtures.vectors import mark_rows
 
 GOAL_RATIO = 1.2
 OURS, DUCKDB = "lakestream", "duckdb"
@@ -97,8 +97,8 @@ def append_table(catalog: Catalog, args: argparse.Namespace) -> Table:
     for i in range(args.appends):
         table.append(batch(rng, np.arange(i * per, (i + 1) * per)))
     marked = rng.choice(args.rows, args.marked, replace=False)
-    # vectors committed as the tests do (tests/fixtures/vectors.py) until append DML writes them
-    mark_rows(table, set(marked.tolist()))
+    table.delete(where=[("id", "in", marked.tolist())])  # marks them: deletion vectors
+    assert any(f.vector is not None for f in table.plan().files)
     return table
 
 
