@@ -148,6 +148,7 @@ class _Writer:
             schema_id=meta.current_schema_id,
             sorted_by=meta.primary_key,
             options=self.options,
+            field_ids=meta.field_ids,
         )
         self.written.append(output.path)
         self.bytes_written += output.size_bytes
