@@ -131,38 +131,3 @@ def closing_sql_catalog(dsn: str) -> Iterator[SqlCatalog]:
         yield registry
     finally:
         registry.engine.dispose()
-
-
-def spark_iceberg_read(dsn: str, table: str, snapshot_id: int, out: Path) -> None:
-    """Read ``table`` from the SQL catalog in ``dsn``'s database as Spark with Iceberg's runtime
-    does (Iceberg's JDBC catalog, the tables pyiceberg's SQL catalog keeps): the current
-    snapshot and ``VERSION AS OF snapshot_id``, written to ``out`` as JSON. Run in a process of
-    its own, whose JVM starts with the runtime's jars (the tests' shared Spark has other jars)."""
-    import json
-
-    from psycopg.conninfo import conninfo_to_dict
-
-    from catalog.iceberg.registration import SQL_CATALOG_NAME
-    from ingest.iceberg_runtime import ensure_iceberg_runtime_jars
-    from ingest.spark_session import local_spark
-    from jobs.spark_env import spark_host
-
-    parts = conninfo_to_dict(dsn)
-    prefix = f"spark.sql.catalog.{SQL_CATALOG_NAME}"
-    conf = {
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.type": "jdbc",
-        f"{prefix}.uri": (
-            f"jdbc:postgresql://{parts.get('host')}:{parts.get('port')}/{parts.get('dbname')}"
-        ),
-        f"{prefix}.jdbc.user": str(parts.get("user") or ""),
-        f"{prefix}.jdbc.password": str(parts.get("password") or ""),
-    }
-    spark = local_spark("iceberg-read", conf, ensure_iceberg_runtime_jars(), host=spark_host())
-    name = f"{SQL_CATALOG_NAME}.{table}"
-    latest = spark.table(name).collect()
-    travelled = spark.sql(f"SELECT * FROM {name} VERSION AS OF {snapshot_id}").collect()
-    out.write_text(
-        json.dumps({"latest": [r.asDict() for r in latest], "at": [r.asDict() for r in travelled]})
-    )
-    spark.stop()
