@@ -3,6 +3,13 @@
 A partition whose snapshot holds merge commits needs merge-on-read (its files are sorted runs of
 one bucket, applied in commit order); every other partition is a plain scan of its live files.
 
+A CDC bucket's files split into a *resolved prefix* (``DataFile.resolved``: the rows they no
+longer count are marked in their vectors, design D4/D6 of docs/design/deletion-vectors.md) and
+the *pending runs* after it (its :attr:`PartitionScan.tail`). A bucket with no pending run reads
+like an append partition - a plain scan minus vectors - so it is no merge; one with a tail needs
+the merge path, which merges the tail alone against the resolved files
+(:mod:`catalog.files.reader`).
+
 A file's deletion vector rides in its entry (``DataFile.vector``, the manifest's ``vector``
 column): plans carry it as they carry the path, and every reader applies it
 (:mod:`catalog.files.reader`).
@@ -14,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import pyarrow as pa
 
 from catalog.manifest import FileManifest
@@ -32,6 +40,13 @@ class PartitionScan:
     merge: bool
     values: dict[str, str | None]
     bucket: int | None
+    resolved_count: int = 0
+    """How many leading files form the resolved prefix (the rest are pending runs)."""
+
+    @property
+    def tail(self) -> tuple[DataFile, ...]:
+        """The pending runs after the resolved prefix, oldest first (empty when resolved)."""
+        return self.files[self.resolved_count :]
 
     @cached_property
     def manifest(self) -> FileManifest:
@@ -93,15 +108,30 @@ def plan_scan(
         files = snapshot.files
         if not len(files):
             continue
+        resolved = resolved_prefix(files) if meta.is_cdc else 0
         scans.append(
             PartitionScan(
                 partition_desc=snapshot.partition_desc,
                 version=snapshot.head.version,
                 listing=files,
-                # several runs of a keyed bucket must be merged, whichever op added them
-                merge=meta.is_cdc and (snapshot.has_merge or len(files) > 1),
+                # several runs of a keyed bucket must be merged, whichever op added them,
+                # unless every one is resolved: then it is a plain scan minus vectors
+                merge=meta.is_cdc
+                and (snapshot.has_merge or len(files) > 1)
+                and resolved < len(files),
                 values=values,
                 bucket=bucket,
+                resolved_count=resolved,
             )
         )
     return ScanPlan(meta, table_version, tuple(scans))
+
+
+def resolved_prefix(files: FileManifest) -> int:
+    """How many leading files of a bucket are resolved (design R1: resolved files form a
+    prefix; a resolved file after a pending one does not extend it)."""
+    flags = files.table.column("resolved")
+    if flags.null_count == len(flags):  # entries from before resolution: the common answer
+        return 0
+    pending = np.flatnonzero(~np.asarray(flags.fill_null(False).to_numpy(zero_copy_only=False)))
+    return int(pending[0]) if len(pending) else len(flags)
