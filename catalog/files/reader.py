@@ -65,6 +65,7 @@ from catalog.files.evolution import align_to_schema
 from catalog.files.merge import merge_runs
 from catalog.files.pruning import Predicate, may_contain, to_expression
 from catalog.files.storage import Location, Storage, storage_for
+from catalog.files.tail import beating, key_mask, split_partial
 from catalog.files.vectors import keep_mask, load_vector, vector_positions
 from catalog.manifest import FileManifest
 from catalog.model import (
@@ -573,6 +574,8 @@ class _MergeRead:
     out: list[str]
     include_row_kind: bool
     ordered: bool
+    #: As given: a resolved prefix takes every filter, pushed into its plain scan.
+    row_filter: RowFilter = None
 
     @classmethod
     def of(
@@ -616,18 +619,49 @@ class _MergeRead:
             out=out,
             include_row_kind=include_row_kind,
             ordered=ordered,
+            row_filter=row_filter,
         )
 
     def bucket(self, runs: Sequence[DataFile | str], *, concurrent: bool) -> pa.Table | None:
-        """The merged rows of one bucket (None when no run can hold a match)."""
+        """The rows of one bucket (None when no run can hold a match).
+
+        Without a resolved prefix: its runs merged, as ever. With one and no request for
+        deletes: the resolved files scanned minus their vectors and the pending runs merged
+        against them (:meth:`_with_tail`, design D6). A caller that wants winning deletes kept
+        (a change feed, DML, a fold keeping deletes) gets the whole bucket merged with the
+        resolved files' vectors IGNORED: every mark a resolver writes is a row the merge drops
+        anyway, while masking first would drop the tombstones that stop older replays.
+        """
+        resolved = _resolved_count(runs)
+        if resolved == 0:
+            return self._merged(runs, concurrent=concurrent, resolved_vectors=True)
+        later = runs[resolved:]
+        if self.include_row_kind or any(isinstance(r, DataFile) and r.resolved for r in later):
+            return self._merged(runs, concurrent=concurrent, resolved_vectors=False)
+        resolved_files = [r for r in runs[:resolved] if isinstance(r, DataFile)]
+        return self._with_tail(resolved_files, later, concurrent=concurrent)
+
+    def _vectors(
+        self, runs: Sequence[DataFile | str], *, resolved: bool
+    ) -> list[npt.NDArray[np.uint64] | None]:
+        """Each run's marked positions; a resolved file's only when ``resolved`` (a pending
+        run's vector, which no resolver writes, is always masked before the merge)."""
+        return [
+            _positions(self.storage, run.vector)
+            if isinstance(run, DataFile)
+            and run.vector is not None
+            and (resolved or not run.resolved)
+            else None
+            for run in runs
+        ]
+
+    def _merged(
+        self, runs: Sequence[DataFile | str], *, concurrent: bool, resolved_vectors: bool
+    ) -> pa.Table | None:
+        """Every run merged (the merge path of a bucket with pending runs)."""
         kept = [run for run in runs if not _skip(run, self.key_predicates, self.schema)]
         paths = [_path(self.storage, run) for run in kept]
-        vectors = [
-            _positions(self.storage, run.vector)
-            if isinstance(run, DataFile) and run.vector is not None
-            else None
-            for run in kept
-        ]
+        vectors = self._vectors(kept, resolved=resolved_vectors)
         compared = [*self.primary_key, *([self.sequence_column] if self.sequence_column else [])]
         tables = _read_runs(
             self.storage.filesystem,
@@ -654,6 +688,121 @@ class _MergeRead:
             out = [*out, UNSET_COLUMN]  # a compaction must keep what it could not fill
         result = _decode_dictionaries(merged.select(out), self.read)
         return result if self.include_row_kind else _as_declared(result, self.read)
+
+    def _with_tail(
+        self, resolved: Sequence[DataFile], tail: Sequence[DataFile | str], *, concurrent: bool
+    ) -> pa.Table:
+        """A bucket with a resolved prefix: its live rows scanned minus vectors, filters
+        pushed down, and the pending runs (none when the bucket is fully resolved) merged alone
+        and applied by the rules of :mod:`catalog.files.tail`."""
+        key = list(self.primary_key)
+        pending = self._tail_rows(tail, concurrent=concurrent)
+        whole, partial = split_partial(pending, key)
+        winners = merge_runs([whole], key, self.sequence_column, keep_deletes=True)
+        found = None
+        if winners.num_rows and self.sequence_column not in (None, *key):
+            lookup = [*key, str(self.sequence_column)]
+            found = self._resolved_rows(resolved, winners, _subschema(self.read, lookup))
+        beats = beating(winners, found, key, self.sequence_column)
+        upsert = pc.equal(winners.column(ROW_KIND_COLUMN), ROW_KIND_UPSERT)
+        emitted = winners.filter(pc.and_(pa.array(beats), upsert))
+        decided = pa.concat_tables(
+            [winners.filter(pa.array(beats)).select(key), partial.select(key)]
+        )
+        pieces = [self._live(resolved, decided), self._after_merge(emitted)]
+        if partial.num_rows:
+            older = self._resolved_rows(resolved, partial, self.read)
+            target = partial.schema
+            older = _with_unset(older).select(target.names).cast(target)
+            pieces.append(
+                self._after_merge(merge_runs([older, partial], key, self.sequence_column))
+            )
+        result = pa.concat_tables(pieces)
+        return result.sort_by([(k, "ascending") for k in key]) if self.ordered else result
+
+    def _tail_rows(self, tail: Sequence[DataFile | str], *, concurrent: bool) -> pa.Table:
+        """Every row of the pending runs that a key filter keeps, oldest run first, with row
+        kind and the unset-columns list."""
+        kept = [run for run in tail if not _skip(run, self.key_predicates, self.schema)]
+        tables = _read_runs(
+            self.storage.filesystem,
+            [_path(self.storage, run) for run in kept],
+            self.read,
+            self.key_filter,
+            concurrent=concurrent,
+            vectors=self._vectors(kept, resolved=True),
+        )
+        target = _run_schema(self.read, [], partial=True)
+        if not tables:
+            return target.empty_table()
+        return pa.concat_tables([_with_unset(t).cast(target) for t in tables])
+
+    def _resolved_rows(
+        self, resolved: Sequence[DataFile], keys: pa.Table, schema: pa.Schema
+    ) -> pa.Table:
+        """The resolved files' rows of ``keys``, vectors IGNORED (tombstones and superseded
+        rows too), as ``schema`` + row kind: a key lookup, pruned by row-group statistics when
+        the key is one column (files are key-sorted)."""
+        key = list(self.primary_key)
+        lookup = None
+        if len(key) == 1:
+            values = pc.unique(keys.column(key[0]).combine_chunks())
+            field = pc.field(key[0])
+            bounds = pc.min_max(values)
+            lookup = (field >= bounds["min"]) & (field <= bounds["max"]) & field.isin(values)
+        tables = _read_runs(
+            self.storage.filesystem,
+            [_path(self.storage, file) for file in resolved],
+            schema,
+            lookup,
+            concurrent=False,
+        )
+        target = _run_schema(schema, [], partial=False)
+        rows = (
+            pa.concat_tables(
+                [
+                    t.drop_columns([c for c in (UNSET_COLUMN,) if c in t.column_names])
+                    for t in tables
+                ]
+            )
+            if tables
+            else target.empty_table()
+        )
+        rows = rows.cast(target)
+        return rows.filter(pa.array(key_mask(rows, keys, key)))
+
+    def _live(self, resolved: Sequence[DataFile], decided: pa.Table) -> pa.Table:
+        """The resolved files' live rows minus the keys the tail decided, every filter pushed
+        down (a filtered-out row cannot matter: the tail rules decide by key)."""
+        batches = read_files(
+            self.storage, resolved, self.schema, columns=self.read.names, row_filter=self.row_filter
+        )
+        live = pa.Table.from_batches(list(batches), schema=self.read)
+        if decided.num_rows:
+            live = live.filter(pa.array(~key_mask(live, decided, self.primary_key)))
+        return live.select(self.out)
+
+    def _after_merge(self, merged: pa.Table) -> pa.Table:
+        """Merged tail rows as the output: non-key filters applied after the merge."""
+        if self.expression is not None:
+            merged = merged.filter(self.expression)
+        return _as_declared(merged.select(self.out), self.read)
+
+
+def _resolved_count(runs: Sequence[DataFile | str]) -> int:
+    """How many leading runs are resolved files (design R1: the resolved prefix)."""
+    count = 0
+    for run in runs:
+        if not (isinstance(run, DataFile) and run.resolved):
+            break
+        count += 1
+    return count
+
+
+def _with_unset(table: pa.Table) -> pa.Table:
+    if UNSET_COLUMN in table.column_names:
+        return table
+    return table.append_column(_UNSET_FIELD, pa.nulls(table.num_rows, UNSET_TYPE))
 
 
 def _as_declared(table: pa.Table, schema: pa.Schema) -> pa.Table:
