@@ -1,11 +1,14 @@
 """Spark input partitions of one table version, planned once on the driver.
 
-* A partition needing merge-on-read (a CDC bucket holding several runs) is ONE input partition:
-  the newest change of a key may sit in any run, so the runs of a bucket are merged on one
-  executor, whole.
-* A plain partition (an append table's partition, a compacted bucket) is split into groups of
-  consecutive files of at most ``max_split_bytes`` (a larger file is a group of its own), after
-  files whose statistics exclude the filter have been left out.
+* A partition needing merge-on-read (a CDC bucket with pending runs) is ONE input partition:
+  the newest change of a key may sit in any run, so the bucket is read on one executor - its
+  resolved prefix minus vectors and its pending runs merged against it (the tail merge of
+  :mod:`catalog.files.tail`), or all its runs merged when none is resolved.
+* A plain partition (an append table's partition, a compacted or fully resolved bucket) is
+  split into groups of consecutive files of at most ``max_split_bytes`` (a larger file is a
+  group of its own), after files whose statistics exclude the filter have been left out. A
+  resolved bucket's files hold at most one live row per key once their vectors are applied
+  (design D6), so its groups are read in parallel like an append partition's.
 
 Each input partition carries everything its executor needs - the table location, the storage
 options to reach it, the schema, primary key, sequence column, the files as

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 from catalog import Catalog, Table
 from ingest.spark_read import SOURCE_NAME, register
 from jobs.localpg import LocalPostgres
+from tests.fixtures.reference_resolver import resolve
 from tests.fixtures.vectors import mark_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -196,6 +197,31 @@ def test_marked_rows_are_left_out_by_every_task(
     assert spark_rows(merged) == as_set(order_book.scan().to_arrow())
     assert (4, "us", 40.0) in spark_rows(merged) and 8 not in {r.id for r in merged.collect()}
     assert past.count() == 5
+
+
+def test_resolved_buckets_split_into_file_groups_and_a_tail_merges_on_one_task(
+    lakestream: SparkSession, catalog_dsn: str, order_book: Table
+):
+    """Resolved (design D6): each bucket's files are plain file groups, several tasks per
+    bucket, each masking by its files' vectors; with a pending run after the resolved prefix,
+    one task per bucket merges the tail against it."""
+    resolve(order_book)
+    buckets = order_book.plan().partitions
+    files = sum(len(p.files) for p in buckets)
+    assert not any(p.merge for p in buckets) and files > len(buckets)
+
+    resolved = read(lakestream, catalog_dsn, "shop.orders", maxSplitBytes=1)
+    filtered = read(lakestream, catalog_dsn, "shop.orders", maxSplitBytes=1).where("total > 30")
+
+    assert resolved.rdd.getNumPartitions() == files
+    assert spark_rows(resolved) == as_set(order_book.scan().to_arrow())
+    assert {r.id for r in filtered.collect()} == {3, 4, 5, 6, 7, 8}
+    order_book.upsert(orders((3, "eu", 32.0), (10, "us", 100.0)))
+    tail = read(lakestream, catalog_dsn, "shop.orders", maxSplitBytes=1)
+
+    assert tail.rdd.getNumPartitions() == 2
+    assert spark_rows(tail) == as_set(order_book.scan().to_arrow())
+    assert {(r.id, r.total) for r in tail.collect()} >= {(3, 32.0), (10, 100.0), (2, 21.0)}
 
 
 def test_empty_table_reads_no_rows(lakestream: SparkSession, catalog: Catalog, catalog_dsn: str):
