@@ -51,7 +51,7 @@ from collections.abc import Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +87,8 @@ MAX_BUCKETS_AHEAD = 8
 
 #: A row filter: our predicates (prune files, push key filters) or any Arrow expression.
 RowFilter: TypeAlias = "pc.Expression | Sequence[Predicate] | None"
+
+_Rows = TypeVar("_Rows", pa.RecordBatch, pa.Table)
 
 _ROW_KIND_FIELD = pa.field(ROW_KIND_COLUMN, pa.int8(), nullable=False)
 _UNSET_FIELD = pa.field(UNSET_COLUMN, UNSET_TYPE)
@@ -165,8 +167,8 @@ def _scan_file(
 
 
 def _filter_project(
-    batch: pa.RecordBatch, expression: pc.Expression | None, columns: Sequence[str]
-) -> pa.RecordBatch:
+    batch: _Rows, expression: pc.Expression | None, columns: Sequence[str]
+) -> _Rows:
     if expression is not None:
         batch = batch.filter(expression)
     return batch.select(list(columns))
@@ -251,6 +253,7 @@ def read_files(
     row_filter: RowFilter = None,
     batch_size: int = DEFAULT_BATCH_ROWS,
     schema_id: int | None = None,
+    also: pc.Expression | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the rows of plain data files (append, compaction or update history) in order.
 
@@ -258,9 +261,12 @@ def read_files(
     statistics prune), or paths relative to ``location``. Batches follow ``schema`` restricted
     to ``columns`` (all columns by default). ``schema_id`` is ``schema``'s id in the table: files
     written under it are read together, concurrently (see the module doc); without it every file
-    is read alone, as one of unknown schema.
+    is read alone, as one of unknown schema. ``also`` is one more row filter, applied with
+    ``row_filter`` inside the scan but never used to prune (the keys a CDC tail decided).
     """
     predicates, expression = _split_filter(row_filter, schema)
+    if also is not None:
+        expression = also if expression is None else expression & also
     wanted = list(columns) if columns is not None else schema.names
     _subschema(schema, [*wanted, *(p.column for p in predicates)])  # unknown columns fail early
     storage = storage_for(location)
@@ -331,7 +337,7 @@ def _scan_vectored(
 ) -> Iterator[pa.RecordBatch]:
     """A file read minus the rows its vector marks. Positions count the file's rows as written,
     so the mask must come before the filter: the file is read row group by row group (each
-    group's first position is the sum of the rows before it) and every batch is masked, then
+    group's first position is the sum of the rows before it) and every group is masked, then
     filtered. Row groups whose statistics exclude the filter are skipped, as a dataset scan
     would skip them; pyarrow's dataset scans carry no row index, so they cannot be used here."""
     file = pq.ParquetFile(path, filesystem=fs)
@@ -347,17 +353,16 @@ def _scan_vectored(
         groups = [g.id for g in fragment.subset(filter=expression).row_groups]
     out = _subschema(schema, columns)
     for group in groups:
-        start = int(starts[group])
-        for batch in file.iter_batches(
-            batch_size=batch_size, row_groups=[group], columns=present, use_threads=False
-        ):
-            kept = batch.filter(pa.array(keep_mask(positions, start, batch.num_rows)))
-            start += batch.num_rows
-            if not same:
-                kept = align_to_schema(kept, schema)
-            result = _filter_project(kept, expression, columns)
-            if result.num_rows:
-                yield result if result.schema.equals(out) else _conform(result, out)
+        # a whole row group (at most the writer's row_group_rows) decoded column-parallel:
+        # ~20% faster than a single-threaded batch iterator on 2 cores (bench/read/resolved.py)
+        table = file.read_row_group(group, columns=present, use_threads=True)
+        kept = table.filter(pa.array(keep_mask(positions, int(starts[group]), table.num_rows)))
+        if not same:
+            kept = align_to_schema(kept, schema)
+        result = _filter_project(kept, expression, columns)
+        for batch in result.to_batches(max_chunksize=batch_size):
+            if batch.num_rows:
+                yield batch if batch.schema.equals(out) else _conform(batch, out)
 
 
 def _scan_files(
@@ -774,12 +779,21 @@ class _MergeRead:
     def _live(self, resolved: Sequence[DataFile], decided: pa.Table) -> pa.Table:
         """The resolved files' live rows minus the keys the tail decided, every filter pushed
         down (a filtered-out row cannot matter: the tail rules decide by key)."""
+        key = self.primary_key
+        also = None
+        if decided.num_rows and len(key) == 1:  # dropped inside the scan, on its threads
+            also = ~pc.field(key[0]).isin(pc.unique(decided.column(key[0]).combine_chunks()))
         batches = read_files(
-            self.storage, resolved, self.schema, columns=self.read.names, row_filter=self.row_filter
+            self.storage,
+            resolved,
+            self.schema,
+            columns=self.read.names,
+            row_filter=self.row_filter,
+            also=also,
         )
         live = pa.Table.from_batches(list(batches), schema=self.read)
-        if decided.num_rows:
-            live = live.filter(pa.array(~key_mask(live, decided, self.primary_key)))
+        if decided.num_rows and also is None:
+            live = live.filter(pa.array(~key_mask(live, decided, key)))
         return live.select(self.out)
 
     def _after_merge(self, merged: pa.Table) -> pa.Table:
