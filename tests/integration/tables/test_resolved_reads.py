@@ -29,6 +29,7 @@ from catalog.table import Table
 from catalog.writes import changes, stage_changes
 from jobs.table_compact import compact_table
 from tests.fixtures.reference_resolver import resolve
+from tests.fixtures.resolved import assert_resolved_invariants
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema(
@@ -138,6 +139,7 @@ def run_step(table: Table, model: Model, step: tuple[str, Any]) -> None:
                 model.add("upsert", {**row, "status": "u"})
     elif kind == "resolve":
         resolve(table, runs=arg)
+        assert_resolved_invariants(table)  # the contract's state (helper-b1's checker)
 
 
 def reference(table: Table, version: int) -> list[Row]:
