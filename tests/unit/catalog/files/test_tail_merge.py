@@ -247,3 +247,56 @@ def test_split_partial_takes_every_tail_row_of_a_key_with_a_partial_change() -> 
     assert whole.column("id").to_pylist() == [2]
     assert partial.column("id").to_pylist() == [1, 1]
     assert split_partial(whole, ["id"])[1].num_rows == 0
+
+
+def test_a_composite_key_bucket_with_a_tail_reads_as_the_merge(tmp_path: Path) -> None:
+    """Two key columns: the lookup and the dropping of decided keys go through a hash join."""
+    schema = pa.schema(
+        [("a", pa.int64()), ("b", pa.string()), ("v", pa.int64()), ("s", pa.int64())]
+    )
+    key = ["a", "b"]
+
+    def run(rows: list[tuple[int, str, int | None, int, int]]) -> pa.Table:
+        table = pa.table(
+            {
+                "a": [r[0] for r in rows],
+                "b": [r[1] for r in rows],
+                "v": [r[2] for r in rows],
+                "s": [r[3] for r in rows],
+                ROW_KIND_COLUMN: pa.array([r[4] for r in rows], pa.int8()),
+            }
+        )
+        return prepare_merge_run(table, key, "s")
+
+    tables = [
+        run([(1, "x", 10, 5, 0), (1, "y", 11, 5, 0), (2, "x", 20, 5, 0)]),
+        run([(1, "y", None, 7, 1), (2, "x", 21, 6, 0)]),
+        run([(1, "y", 12, 6, 0), (1, "x", 13, 6, 0), (3, "z", 30, 6, 0)]),  # 1/y: below its delete
+    ]
+    files = [
+        write_data_file(t, tmp_path, bucket=0, sorted_by=key, options=WriteOptions(fsync=False))
+        for t in tables
+    ]
+    marks = marks_of(tables[:2], key, "s")
+    resolved = [
+        f.model_copy(
+            update={
+                "resolved": True,
+                "vector": VectorRef(
+                    cardinality=len(m), inline=base64.b64encode(encode_vector(m)).decode("ascii")
+                )
+                if m
+                else None,
+            }
+        )
+        for f, m in zip(files, marks, strict=False)
+    ]
+    files = [*resolved, files[2]]
+
+    def rows(found: list[DataFile], **kw: Any) -> list[tuple[Any, ...]]:
+        batches = read_merged(tmp_path, found, schema, key, sequence_column="s", **kw)
+        return sorted(tuple(r.values()) for b in batches for r in b.to_pylist())
+
+    assert rows(files) == [(1, "x", 13, 6), (2, "x", 21, 6), (3, "z", 30, 6)]
+    assert rows(files) == rows(bare(files))
+    assert rows(files, row_filter=[Predicate("v", ">", 20)]) == [(2, "x", 21, 6), (3, "z", 30, 6)]
