@@ -31,6 +31,7 @@ from catalog.files.reader import (
     read_files,
     read_merged,
     read_merged_buckets,
+    read_tail_group,
     read_whole_files,
 )
 from catalog.files.stats import column_stats, decode_stat, encode_stat
@@ -102,6 +103,7 @@ __all__ = [
     "read_files",
     "read_merged",
     "read_merged_buckets",
+    "read_tail_group",
     "read_whole_files",
     "require_allowed",
     "split_by_bucket",

@@ -695,11 +695,22 @@ class _MergeRead:
         return result if self.include_row_kind else _as_declared(result, self.read)
 
     def _with_tail(
-        self, resolved: Sequence[DataFile], tail: Sequence[DataFile | str], *, concurrent: bool
+        self,
+        resolved: Sequence[DataFile],
+        tail: Sequence[DataFile | str],
+        *,
+        concurrent: bool,
+        scan: Sequence[DataFile] | None = None,
+        emit: bool = True,
     ) -> pa.Table:
         """A bucket with a resolved prefix: its live rows scanned minus vectors, filters
         pushed down, and the pending runs (none when the bucket is fully resolved) merged alone
-        and applied by the rules of :mod:`catalog.files.tail`."""
+        and applied by the rules of :mod:`catalog.files.tail`.
+
+        ``scan`` (default: every resolved file) is the part of the prefix whose live rows this
+        read returns, and ``emit`` whether it also returns the tail's winners: one bucket
+        read as several tasks (Spark) scans a group of resolved files in each, and only one
+        emits the winners. Lookups always cover every resolved file."""
         key = list(self.primary_key)
         pending = self._tail_rows(tail, concurrent=concurrent)
         whole, partial = split_partial(pending, key)
@@ -714,8 +725,10 @@ class _MergeRead:
         decided = pa.concat_tables(
             [winners.filter(pa.array(beats)).select(key), partial.select(key)]
         )
-        pieces = [self._live(resolved, decided), self._after_merge(emitted)]
-        if partial.num_rows:
+        pieces = [self._live(resolved if scan is None else scan, decided)]
+        if emit:
+            pieces.append(self._after_merge(emitted))
+        if partial.num_rows and emit:
             older = self._resolved_rows(resolved, partial, self.read)
             target = partial.schema
             older = _with_unset(older).select(target.names).cast(target)
@@ -872,6 +885,40 @@ def read_merged(
         batch_size=batch_size,
     ):
         yield from batches
+
+
+def read_tail_group(
+    location: Location,
+    resolved: Sequence[DataFile],
+    tail: Sequence[DataFile | str],
+    schema: pa.Schema,
+    primary_key: Sequence[str],
+    *,
+    scan: Sequence[DataFile],
+    winners: bool,
+    sequence_column: str | None = None,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    batch_size: int = DEFAULT_BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """One part of a bucket with a resolved prefix and pending runs (design D6, for engines
+    that read a bucket as several tasks): the live rows of ``scan`` (some of the ``resolved``
+    files) the ``tail`` leaves standing, plus, with ``winners``, the tail's winning rows. The
+    tasks of one bucket each take a group of its resolved files, one of them ``winners``; each
+    merges the (small) tail and looks its keys up in every resolved file. Together they read
+    what :func:`read_merged` reads of the whole bucket."""
+    merge = _MergeRead.of(
+        location,
+        schema,
+        primary_key,
+        sequence_column=sequence_column,
+        columns=columns,
+        row_filter=row_filter,
+        include_row_kind=False,
+        ordered=False,
+    )
+    rows = merge._with_tail(resolved, tail, concurrent=True, scan=scan, emit=winners)
+    yield from _batches(rows, batch_size)
 
 
 def read_merged_buckets(

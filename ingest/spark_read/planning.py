@@ -1,9 +1,12 @@
 """Spark input partitions of one table version, planned once on the driver.
 
-* A partition needing merge-on-read (a CDC bucket with pending runs) is ONE input partition:
-  the newest change of a key may sit in any run, so the bucket is read on one executor - its
-  resolved prefix minus vectors and its pending runs merged against it (the tail merge of
-  :mod:`catalog.files.tail`), or all its runs merged when none is resolved.
+* A CDC bucket with pending runs and no resolved file is ONE input partition: the newest
+  change of a key may sit in any run, so its runs are merged on one executor, whole.
+* A bucket with a resolved prefix and pending runs (a *tail*, design D6) is split like a plain
+  partition into groups of its resolved files; every task merges the small tail itself, drops
+  from its group the keys the tail decides (looking them up in all the bucket's resolved files)
+  and only the first group's task emits the tail's winners
+  (:func:`catalog.files.reader.read_tail_group`).
 * A plain partition (an append table's partition, a compacted or fully resolved bucket) is
   split into groups of consecutive files of at most ``max_split_bytes`` (a larger file is a
   group of its own), after files whose statistics exclude the filter have been left out. A
@@ -59,11 +62,24 @@ class LakestreamPartition(InputPartition):
     spec: ReadSpec
     partition_desc: str
     files: tuple[str, ...]
-    """DataFile JSON, in commit order (for a merge: oldest run first)."""
+    """DataFile JSON, in commit order (for a merge: oldest run first; for a group of a bucket
+    with a tail: some of its resolved files)."""
     merge: bool
+    tail: tuple[str, ...] = ()
+    """A group of a bucket with a tail: the bucket's pending runs (DataFile JSON)."""
+    resolved: tuple[str, ...] = ()
+    """... and every resolved file of the bucket, which the tail's keys are looked up in."""
+    winners: bool = False
+    """... and whether this group emits the tail's winners (the bucket's first group)."""
 
     def data_files(self) -> list[DataFile]:
         return [DataFile.model_validate_json(f) for f in self.files]
+
+    def tail_files(self) -> list[DataFile]:
+        return [DataFile.model_validate_json(f) for f in self.tail]
+
+    def resolved_files(self) -> list[DataFile]:
+        return [DataFile.model_validate_json(f) for f in self.resolved]
 
 
 def input_partitions(
@@ -72,6 +88,9 @@ def input_partitions(
     """The input partitions of the (already pruned) partitions of a scan plan."""
     found: list[LakestreamPartition] = []
     for part in partitions:
+        if part.merge and part.resolved_count:
+            found += _tail_groups(spec, part, max_split_bytes)
+            continue
         if part.merge:
             found.append(_partition(spec, part, part.files, merge=True))
             continue
@@ -79,6 +98,30 @@ def input_partitions(
         for group in split_files(files, max_split_bytes):
             found.append(_partition(spec, part, group, merge=False))
     return found
+
+
+def _tail_groups(
+    spec: ReadSpec, part: PartitionScan, max_split_bytes: int
+) -> list[LakestreamPartition]:
+    """A bucket with a resolved prefix and pending runs (design D6): its resolved files in
+    groups, each task merging the small tail against its group; the first emits the tail's
+    winners. Groups are not pruned by statistics here (the first must exist to emit the
+    winners); each task's scan prunes its own files."""
+    resolved = part.files[: part.resolved_count]
+    tail = tuple(f.model_dump_json() for f in part.tail)
+    every = tuple(f.model_dump_json() for f in resolved)
+    return [
+        LakestreamPartition(
+            spec=spec,
+            partition_desc=part.partition_desc,
+            files=tuple(f.model_dump_json() for f in group),
+            merge=True,
+            tail=tail,
+            resolved=every,
+            winners=i == 0,
+        )
+        for i, group in enumerate(split_files(list(resolved), max_split_bytes))
+    ]
 
 
 def split_files(files: Sequence[DataFile], max_bytes: int) -> list[list[DataFile]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog.files import read_files, read_merged
+from catalog.files import read_files, read_merged, read_tail_group
 from catalog.logs import get_logger
 from ingest.spark_read.errors import ColumnReadError
 from ingest.spark_read.planning import LakestreamPartition
@@ -47,6 +47,19 @@ def read_partition(part: LakestreamPartition) -> Iterator[pa.RecordBatch]:
 def _batches(part: LakestreamPartition) -> Iterator[pa.RecordBatch]:
     spec = part.spec
     row_filter = list(spec.predicates) or None
+    if part.tail:
+        return read_tail_group(
+            spec.files(),
+            part.resolved_files(),
+            part.tail_files(),
+            spec.schema,
+            spec.primary_key,
+            scan=part.data_files(),
+            winners=part.winners,
+            sequence_column=spec.sequence_column,
+            columns=spec.columns,
+            row_filter=row_filter,
+        )
     if part.merge:
         return read_merged(
             spec.files(),
