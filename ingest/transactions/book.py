@@ -528,8 +528,7 @@ class TransactionBook:
             return decision, book.apply(decision)
         states = self.ended[:head]
         head_ids = tuple([t.id for t in states])
-        early = tuple([t.id for t in states if _before(t, self.frontier)])
-        if early:  # out of commit order: decided one by one, with their exceptions
+        if _out_of_order(states, self.frontier):  # decided one by one, with their exceptions
             whole = tuple([t._replace(seen=t.seen | _all_ranks(t.total)) for t in states])
             book = replace(self, ended=whole + self.ended[head:]).add_events(_ranks_only(rest), now)
             decision = book.decide(now, max_hold, on_timeout)
@@ -815,6 +814,20 @@ def _prefix_point(states: tuple[TxnState, ...], before: Point | None) -> Point:
         None if before is None else before.position,
     )
     return Point(last.id, position, last.ts_ms if last.ts_ms is not None else last.max_ts_ms)
+
+
+def _out_of_order(states: tuple[TxnState, ...], frontier: Point | None) -> bool:
+    """Whether :meth:`TransactionBook.decide` would find one of ``states`` (published in this
+    order) committed before the frontier the ones before it moved to: then the head is not
+    one prefix of commit order (a producer's retry can repeat a transaction's END after a later
+    one's) and :func:`_prefix_point` would move the frontier back to it."""
+    newest = None if frontier is None else frontier.position
+    for state in states:
+        end = state.end_position
+        if end is not None and newest is not None and end < newest:
+            return True
+        newest = end or state.max_position or newest
+    return False
 
 
 def _all_ranks(total: int | None) -> int:

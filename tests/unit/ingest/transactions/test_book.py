@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import replace
+from unittest.mock import patch
 
 import pytest
 
@@ -15,8 +16,10 @@ from ingest.transactions import (
     PartitionTail,
     TransactionBook,
     TransactionMarker,
+    TxnEvents,
     TxnState,
 )
+from ingest.transactions import book as book_module
 from ingest.transactions.book import BuiltEnds, build_ends
 from tests.unit.ingest.transactions.support import begin, end, seen
 
@@ -438,3 +441,27 @@ def test_the_commit_gets_job_state_and_watermark_in_the_shape_the_catalog_stores
     assert TransactionBook.from_job_state(None) == TransactionBook()
     assert TransactionBook.from_job_state({}, ["public.a"]).collections == ("public.a",)
     assert TransactionBook().decide(0, HOLD, WAIT).source_watermark(["shop.a"]) is None
+
+
+def test_an_end_repeated_after_a_later_transactions_end_never_moves_the_frontier_back() -> None:
+    """A producer's retry can write T4's END again after T5's, when the book has already
+    published T4 and forgotten it (past ``RECENT_LIMIT``; T3 carries no position): T4 is then
+    listed after T5. Settled in one step (both complete in one batch) the frontier must stay at
+    T5's commit, the newest published, as deciding one by one keeps it - not go back to T4's
+    (found by the model test)."""
+    t4 = end("T4", 1)._replace(position=f"{8:032x}")
+    t5 = end("T5", 1)._replace(position=f"{10:032x}")
+    with patch.object(book_module, "RECENT_LIMIT", 1):
+        _, book = TransactionBook().add_markers([t4], 0).settle({"T4": 0b10}, 0, HOLD, WAIT)
+        _, book = book.add_markers([end("T3", 1)], 0).settle({"T3": 0b10}, 0, HOLD, WAIT)
+        book = book.add_markers([t5, t4], 1)  # T4 forgotten: its END is news again
+        assert [t.id for t in book.ended] == ["T5", "T4"]
+        events = {"T4": 0b10, "T5": 0b10}  # T4's event replayed with the retry
+
+        decision, after = book.settle(events, 1, HOLD, WAIT)
+
+        stepwise = book.add_events({t: TxnEvents(m) for t, m in events.items()}, 1)
+        expected = stepwise.decide(1, HOLD, WAIT)
+        assert (decision, after) == (expected, stepwise.apply(expected))
+    assert decision.publish == ("T5", "T4") and decision.out_of_order == ("T4",)
+    assert after.frontier is not None and after.frontier.position == f"{10:032x}"
