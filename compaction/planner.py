@@ -317,24 +317,6 @@ def resolve_inputs(part: PartitionScan) -> tuple[DataFile, ...]:
     return tuple(part.files) if pending_runs(part) else ()
 
 
-def _resolve_task(
-    meta: TableMeta,
-    plan: ScanPlan,
-    part: PartitionScan,
-    policy: CompactionPolicy,
-    inputs: tuple[DataFile, ...],
-) -> CompactionTask:
-    return CompactionTask(
-        table=str(meta.name),
-        table_id=meta.table_id,
-        partition_desc=part.partition_desc,
-        kind=CompactionKind.RESOLVE,
-        base_version=plan.table_version,
-        inputs=inputs,
-        target_file_size=policy.target_file_size,
-    )
-
-
 # ------------------------------------------------------------ CDC buckets: tiers 1 and 2 (D8)
 
 
@@ -429,9 +411,12 @@ def _tier_or_resolve(
     """A bucket of a resolving table with no fold due: a tier's task, else a resolve, else none."""
     stretch = tier_fold_inputs(part, policy) or worn_resolved(meta, part, policy)
     if stretch:
-        return _tier_task(meta, plan, part, policy, stretch)
+        kind, drops = CompactionKind.FOLD_RESOLVED, tier_drops_deletes(meta, part, stretch)
+        return _bucket_task(meta, plan, part, policy, kind=kind, inputs=stretch, drop_deletes=drops)
     resolve = resolve_inputs(part)
-    return _resolve_task(meta, plan, part, policy, resolve) if resolve else None
+    if not resolve:
+        return None
+    return _bucket_task(meta, plan, part, policy, kind=CompactionKind.RESOLVE, inputs=resolve)
 
 
 def tier_drops_deletes(meta: TableMeta, part: PartitionScan, stretch: Sequence[DataFile]) -> bool:
@@ -443,20 +428,24 @@ def tier_drops_deletes(meta: TableMeta, part: PartitionScan, stretch: Sequence[D
     return meta.sequence_column is None and part.files[0].path == stretch[0].path
 
 
-def _tier_task(
+def _bucket_task(
     meta: TableMeta,
     plan: ScanPlan,
     part: PartitionScan,
     policy: CompactionPolicy,
-    stretch: tuple[DataFile, ...],
+    *,
+    kind: CompactionKind,
+    inputs: tuple[DataFile, ...],
+    drop_deletes: bool = False,
 ) -> CompactionTask:
+    """A resolve or tier task of one bucket, planned at the plan's version."""
     return CompactionTask(
         table=str(meta.name),
         table_id=meta.table_id,
         partition_desc=part.partition_desc,
-        kind=CompactionKind.FOLD_RESOLVED,
+        kind=kind,
         base_version=plan.table_version,
-        inputs=stretch,
-        drop_deletes=tier_drops_deletes(meta, part, stretch),
+        inputs=inputs,
+        drop_deletes=drop_deletes,
         target_file_size=policy.target_file_size,
     )
