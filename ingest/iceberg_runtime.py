@@ -32,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ingest.errors import IngestError
 from ingest.kafka.maven import MavenArtifact, fetch_jars
 
 __all__ = [
@@ -82,7 +83,7 @@ def ensure_iceberg_runtime_jars(
     return sorted(fetched.glob("*.jar"))
 
 
-class IcebergSparkError(RuntimeError):
+class IcebergSparkError(IngestError):
     """pyspark :data:`ICEBERG_SPARK_VERSION` could not be installed into the cache."""
 
 

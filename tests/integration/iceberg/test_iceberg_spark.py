@@ -32,11 +32,12 @@ from tests.integration.iceberg.support import SCHEMA, closing_sql_catalog, multi
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 COLUMNS = SCHEMA.names
-READER = Path(__file__).with_name("spark41_read.py")
+READER = Path(__file__).parents[2] / "fixtures" / "iceberg_spark_read.py"
 
 
 def _spark41_read(request: dict[str, object], tmp_path: Path) -> dict[str, object]:
-    """Run :mod:`spark41_read` under pyspark 4.1 with the runtime's jars; its JSON answer."""
+    """Run :mod:`tests.fixtures.iceberg_spark_read` under pyspark 4.1 with the runtime's jars;
+    its JSON answer."""
     home = ensure_iceberg_spark()
     (tmp_path / "request.json").write_text(json.dumps(request))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
