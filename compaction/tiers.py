@@ -93,8 +93,11 @@ def fold_resolved(
 
 
 def _kept_rows(meta: TableMeta, stretch: Sequence[DataFile], *, drop_deletes: bool) -> pa.Table:
-    """The stretch's live rows and tombstones, newest per key, in key order."""
-    schema = meta.schema.append(pa.field(ROW_KIND_COLUMN, pa.int8()))
+    """The stretch's live rows and tombstones, newest per key, in key order. Read with every
+    non-key column nullable, as runs are (``catalog.writes.run_schema``): a tombstone carries
+    only its key, so a column the table declares required is null in it."""
+    fields = [f if f.name in meta.primary_key else f.with_nullable(True) for f in meta.schema]
+    schema = pa.schema([*fields, pa.field(ROW_KIND_COLUMN, pa.int8())])
     pieces = []
     for file in stretch:
         data = read_whole_files(
