@@ -36,6 +36,13 @@ A tier goes before a resolve because it is rare (it needs files to accumulate) a
 pending runs unchanged, while a resolve is due at almost every round under steady ingest: the
 other order would starve the tiers.
 
+The tiers' size rule keeps write amplification low but does not bound a bucket's file count,
+so a *crowded* bucket (:func:`crowded`: ``max_sorted_runs`` files or more, resolved and
+pending) with no tier due folds its newest small resolved files whatever their tiers
+(:func:`crowded_inputs`), else is resolved, else is folded whole; and one of
+``CROWDED_CAP x max_sorted_runs`` files is folded whole at once. A caught-up bucket thus holds
+fewer than ``max_sorted_runs`` files, as with ``compaction.resolve`` off.
+
 At most one task per (table, partition_desc): a partition's task holds all of its work.
 """
 
@@ -195,7 +202,8 @@ def bucket_inputs(
     if force:
         return tuple(runs)
     if policy.resolve:
-        return tuple(runs) if reader_due(meta, part, policy) else ()
+        capped = len(runs) >= CROWDED_CAP * policy.max_sorted_runs
+        return tuple(runs) if capped or reader_due(meta, part, policy) else ()
     due = (
         len(runs) >= policy.max_sorted_runs
         or read_amplification(meta, runs) > policy.max_read_amplification
@@ -405,18 +413,57 @@ def only_deletes(file: DataFile) -> bool:
         return False
 
 
+#: A bucket of a resolving table is folded whole, whatever else is due, once it holds this many
+#: times ``max_sorted_runs`` files: the hard bound on its file count (the crowded rule below
+#: keeps it near ``max_sorted_runs``; this guards against ingest outrunning it).
+CROWDED_CAP = 2
+
+
+def crowded(part: PartitionScan, policy: CompactionPolicy) -> bool:
+    """Whether a bucket of a resolving table holds ``max_sorted_runs`` files or more, resolved
+    and pending together: the count a user bounds with that property."""
+    return len(part.files) >= max(policy.max_sorted_runs, 2)
+
+
+#: A crowded bucket's tier-1 fold takes at least this many files: a tier writes up to two (the
+#: live rows and the tombstones), so fewer would not shrink the bucket and could repeat forever.
+CROWDED_MIN_FILES = 3
+
+
+def crowded_inputs(part: PartitionScan, policy: CompactionPolicy) -> tuple[DataFile, ...]:
+    """A crowded bucket's tier-1 fold: its newest stretch of :data:`CROWDED_MIN_FILES` or more
+    consecutive small resolved files, whatever their size tiers and ``tier_min_files`` say
+    (those keep write amplification low while the bucket has room; a crowded one must shrink).
+    Empty when none."""
+    stretches: list[list[DataFile]] = [[]]
+    for file in resolved_files(part):
+        if policy.is_small(file.size_bytes):
+            stretches[-1].append(file)
+        elif stretches[-1]:
+            stretches.append([])
+    return next((tuple(s) for s in reversed(stretches) if len(s) >= CROWDED_MIN_FILES), ())
+
+
 def _tier_or_resolve(
     meta: TableMeta, plan: ScanPlan, part: PartitionScan, policy: CompactionPolicy
 ) -> CompactionTask | None:
-    """A bucket of a resolving table with no fold due: a tier's task, else a resolve, else none."""
+    """A bucket of a resolving table with no fold due: a tier's task, else a resolve, else none.
+    A crowded bucket (:func:`crowded`) folds its newest small resolved files regardless of
+    their tiers, and with nothing pending and no such stretch it is folded whole (one file):
+    resolves and tiers alone could leave it holding ``max_sorted_runs`` files or more for good
+    (issue 49's streaming buckets grew to 29 files)."""
     stretch = tier_fold_inputs(part, policy) or worn_resolved(meta, part, policy)
+    if not stretch and crowded(part, policy):
+        stretch = crowded_inputs(part, policy)
     if stretch:
         kind, drops = CompactionKind.FOLD_RESOLVED, tier_drops_deletes(meta, part, stretch)
         return _bucket_task(meta, plan, part, policy, kind=kind, inputs=stretch, drop_deletes=drops)
     resolve = resolve_inputs(part)
-    if not resolve:
-        return None
-    return _bucket_task(meta, plan, part, policy, kind=CompactionKind.RESOLVE, inputs=resolve)
+    if resolve:
+        return _bucket_task(meta, plan, part, policy, kind=CompactionKind.RESOLVE, inputs=resolve)
+    if crowded(part, policy):
+        return _task(meta, plan, part, policy, tuple(part.files))
+    return None
 
 
 def tier_drops_deletes(meta: TableMeta, part: PartitionScan, stretch: Sequence[DataFile]) -> bool:

@@ -417,6 +417,8 @@ def resolved_marked(f: DataFile, n: int) -> DataFile:
 
 
 NO_RESOLVE = CompactionPolicy(target_file_size=100 * MB, resolve=False)
+#: Room for ten files a bucket: the tier tests below are about tiers, not the crowded rule.
+ROOMY = CompactionPolicy(target_file_size=100 * MB, max_sorted_runs=10)
 SEQ = meta(cdc=True, properties={"sequence-column": "v"})
 
 
@@ -426,13 +428,14 @@ def kinds(table: TableMeta, policy: CompactionPolicy, *files: DataFile) -> list:
 
 
 def test_resolved_files_do_not_count_as_sorted_runs():
-    # eight resolved files (big: no tier applies) and two pending runs
-    prefix = [resolved(file(f"r{i}", 80, rows=100, keys=(i * 100, i * 100 + 99))) for i in range(8)]
+    # seven resolved files (big: no tier applies) and two pending runs: nine files, past
+    # max_sorted_runs (crowded) but short of the cap of twice it, and no two small resolved files
+    prefix = [resolved(file(f"r{i}", 80, rows=100, keys=(i * 100, i * 100 + 99))) for i in range(7)]
     pending = [file("p0", rows=10, keys=(0, 9)), file("p1", rows=10, keys=(10, 19))]
     [(kind, _, _)] = kinds(CDC, POLICY, *prefix, *pending)
     assert kind is CompactionKind.RESOLVE
     [(kind, inputs, _)] = kinds(CDC, NO_RESOLVE, *prefix, *pending)
-    assert kind is CompactionKind.MERGE_BUCKET and len(inputs) == 10  # today's rule, kept
+    assert kind is CompactionKind.MERGE_BUCKET and len(inputs) == 9  # today's rule, kept
 
 
 def test_pending_runs_reaching_max_sorted_runs_still_fold_the_bucket():
@@ -444,17 +447,18 @@ def test_pending_runs_reaching_max_sorted_runs_still_fold_the_bucket():
 
 def test_read_cost_counts_the_prefix_live_rows_as_one_base_plus_the_pending_runs():
     # resolved files overlapping in key range: the estimate would take them for updates of
-    # each other (3.2x); a reader pays their live rows once, plus the pending run
-    prefix = [resolved_marked(file(f"r{i}", 80, rows=100, keys=(0, 999)), 10) for i in range(10)]
-    pending = [file("p", rows=450, keys=(0, 999))]
+    # each other (3.2x); a reader pays their live rows once, plus the pending run (nine files:
+    # short of the cap of 2 x max_sorted_runs)
+    prefix = [resolved_marked(file(f"r{i}", 80, rows=100, keys=(0, 999)), 10) for i in range(8)]
+    pending = [file("p", rows=360, keys=(0, 999))]
     assert read_amplification(CDC, [*prefix, *pending]) > 3
     assert [k for k, _, _ in kinds(CDC, NO_RESOLVE, *prefix, *pending)] == [
         CompactionKind.MERGE_BUCKET
     ]
-    # live: 10 x 90 rows; pending 450 -> 1350 / 900 = 1.5, not past the limit
+    # live: 8 x 90 rows; pending 360 -> 1080 / 720 = 1.5, not past the limit
     [(kind, _, _)] = kinds(CDC, POLICY, *prefix, *pending)
     assert kind is CompactionKind.RESOLVE
-    [(kind, _, _)] = kinds(CDC, POLICY, *prefix, file("p", rows=451, keys=(0, 999)))
+    [(kind, _, _)] = kinds(CDC, POLICY, *prefix, file("p", rows=361, keys=(0, 999)))
     assert kind is CompactionKind.MERGE_BUCKET
 
 
@@ -466,8 +470,8 @@ def test_tier_one_folds_consecutive_small_resolved_files():
     ]
     assert kinds(CDC, POLICY, big, *small[:3]) == []  # too few: nothing owed
     broken = [*small[:2], resolved(file("mid", 80, keys=(50, 60))), *small[2:]]
-    assert kinds(CDC, POLICY, big, *broken) == []  # not consecutive
-    six = CompactionPolicy(target_file_size=100 * MB, tier_min_files=6)
+    assert kinds(CDC, ROOMY, big, *broken) == []  # not consecutive (six files: not crowded)
+    six = CompactionPolicy(target_file_size=100 * MB, tier_min_files=6, max_sorted_runs=6)
     assert kinds(CDC, six, big, *small) == []
 
 
@@ -545,3 +549,42 @@ def test_size_tiers_cut_from_the_newest_back():
         ["f1", "f2", "f3", "f4", "f5", "f6"],  # 8 <= 1.5 x 16, then 64 > 1.5 x 24
         ["f0"],
     ]
+
+
+# ------------------------------------------------- the bound on a resolved bucket's file count
+
+
+def test_a_crowded_bucket_folds_its_newest_small_resolved_files_whatever_their_tiers():
+    # five files (max_sorted_runs): 40 MB > 1.5 x 5 MB splits the small ones into groups of
+    # one and two, short of tier_min_files; crowded, the newest stretch folds anyway
+    files = [
+        resolved(file("big", 80, keys=(0, 999))),
+        resolved(file("s0", 5, keys=(0, 0))),
+        resolved(file("mid", 40, keys=(1, 1))),
+        resolved(file("s1", 5, keys=(2, 2))),
+        resolved(file("s2", 5, keys=(3, 3))),
+    ]
+    assert kinds(CDC, ROOMY, *files) == []  # room left: the tiers' write amplification rules
+    assert kinds(CDC, POLICY, *files) == [
+        (CompactionKind.FOLD_RESOLVED, ["s0", "mid", "s1", "s2"], False)
+    ]
+
+
+def test_a_crowded_bucket_with_no_three_small_files_resolves_then_folds_whole():
+    big = [resolved(file(f"r{i}", 80, keys=(i, i))) for i in range(3)]
+    two = [resolved(file(f"s{i}", 5, keys=(i, i))) for i in range(2)]
+    assert [k for k, _, _ in kinds(CDC, POLICY, *big, two[0], file("p", 5, keys=(9, 9)))] == [
+        CompactionKind.RESOLVE  # pending first: resolving it may make a tier due
+    ]
+    # two small files only: a tier could write two files again (live rows, tombstones)
+    [(kind, inputs, drop)] = kinds(CDC, POLICY, *big, *two)
+    assert kind is CompactionKind.MERGE_BUCKET and len(inputs) == 5 and drop
+    assert kinds(CDC, POLICY, *big, two[0]) == []  # four files: below max_sorted_runs
+
+
+def test_twice_max_sorted_runs_files_fold_the_bucket_whatever_else_is_due():
+    files = [resolved(file(f"r{i}", 80, keys=(i, i))) for i in range(9)]
+    pending = file("p", 1, keys=(0, 0))
+    assert [k for k, _, _ in kinds(CDC, POLICY, *files[:8], pending)] == [CompactionKind.RESOLVE]
+    [(kind, inputs, _)] = kinds(CDC, POLICY, *files, pending)
+    assert kind is CompactionKind.MERGE_BUCKET and len(inputs) == 10
