@@ -56,6 +56,10 @@ def test_the_compactor_keeps_a_streaming_cdc_table_bounded_without_failing_a_bat
         hash_buckets=2,
         trigger_seconds=0.2,
     )
+    # its log goes to a file: a pipe nobody reads until the end fills (64 KB, some seconds of
+    # INFO lines) and then blocks every thread of the compactor on its next log line
+    log_path = tmp_path / "compactor.log"
+    log_file = log_path.open("wb")
     compactor = subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "compactor", "run", "--workers", "1"],
         cwd=ROOT,
@@ -65,7 +69,7 @@ def test_the_compactor_keeps_a_streaming_cdc_table_bounded_without_failing_a_bat
             "LAKESTREAM_LOG_LEVEL": "INFO",
         },
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_file,
     )
     stop, runs_seen = threading.Event(), []
     try:
@@ -82,7 +86,9 @@ def test_the_compactor_keeps_a_streaming_cdc_table_bounded_without_failing_a_bat
             run = ingest.result(timeout=120)  # a failed batch would raise here
     finally:
         compactor.send_signal(signal.SIGTERM)
-        _, errors = compactor.communicate(timeout=120)
+        compactor.wait(timeout=120)
+        log_file.close()
+    errors = log_path.read_bytes()
     assert compactor.returncode == 0, errors.decode()[-3000:]
 
     table = catalog.load_table(TABLE)
