@@ -309,14 +309,10 @@ def _sweep(ranged: Sequence[tuple[KeyRange, RunShape]]) -> list[list[RunShape]]:
 
 
 def pending_runs(part: PartitionScan) -> tuple[DataFile, ...]:
-    """The bucket's files after its resolved prefix (R1 of docs/design/deletion-vectors.md):
-    the leading files flagged ``resolved`` are the prefix, every later file is pending. A
-    bucket read without a merge (one file, no merge commit) counts as resolved."""
-    if not part.merge:
-        return ()
-    files = part.files
-    prefix = next((i for i, f in enumerate(files) if f.resolved is not True), len(files))
-    return tuple(files[prefix:])
+    """The bucket's files after its resolved prefix (R1 of docs/design/deletion-vectors.md),
+    as the plan counted it (:attr:`~catalog.planning.PartitionScan.tail`). A bucket read
+    without a merge (one file, no merge commit) counts as resolved."""
+    return part.tail if part.merge else ()
 
 
 def resolve_inputs(part: PartitionScan) -> tuple[DataFile, ...]:

@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import ROW_KIND_COLUMN, ROW_KIND_DELETE, ColumnStats, DataFile, VectorRef
+from catalog.manifest import FileManifest
 from catalog.meta import TableMeta
 from catalog.names import TableName
 from catalog.partitioning import PartitionSpec
-from catalog.planning import PartitionScan, ScanPlan
+from catalog.planning import PartitionScan, ScanPlan, resolved_prefix
 from compaction.planner import (
     bins_of,
     only_deletes,
@@ -51,7 +52,17 @@ def file(name: str, size_mb: float = 1, rows: int = 10, keys: tuple[int, int] | 
 
 
 def partition(desc: str, *files: DataFile, cdc: bool = False) -> PartitionScan:
-    return PartitionScan(desc, 3, tuple(files), merge=cdc, values={}, bucket=0 if cdc else None)
+    """As plan_scan builds it: a CDC bucket's resolved prefix counted from its files' flags."""
+    resolved = resolved_prefix(FileManifest.of(files)) if cdc else 0
+    return PartitionScan(
+        desc,
+        3,
+        tuple(files),
+        merge=cdc,
+        values={},
+        bucket=0 if cdc else None,
+        resolved_count=resolved,
+    )
 
 
 def plan(table: TableMeta, *parts: PartitionScan, version: int = 9) -> ScanPlan:
